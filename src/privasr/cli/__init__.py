@@ -1,0 +1,80 @@
+"""The ``privasr`` command line (typer + rich).
+
+Each command group lives in its own module and registers a ``typer.Typer`` here. Errors that come from
+the user's input (:class:`~privasr.errors.InputError`) are printed as one line and exit with status 2,
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from privasr import __version__
+from privasr.errors import PrivasrError
+
+__all__ = ["app", "main"]
+
+console = Console(stderr=True)
+
+app = typer.Typer(
+    name="privasr",
+    help="Adapt speech recognition to its users without collecting their speech or text.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"privasr {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """privasr: federated, differentially private and anonymised adaptation for ASR."""
+
+
+def _register() -> None:
+    from privasr.cli import data, demo, score
+
+    app.add_typer(data.app, name="data")
+    app.add_typer(score.app, name="score")
+    app.command("demo")(demo.demo)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status instead of raising."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except PrivasrError as e:
+        console.print(Text.assemble(("error: ", "bold red"), str(e)), highlight=False, soft_wrap=True)
+        return 2
+    except (typer.Exit, SystemExit) as e:
+        code = getattr(e, "exit_code", None) if isinstance(e, typer.Exit) else e.code
+        return int(code or 0)
+    except typer.Abort:
+        console.print("aborted")
+        return 1
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Corpus records, readers and writers, partitioning, and the synthetic demo corpus."""
+
+from privasr.corpus.records import Client, Hypothesis, NBest, Population, Span, Transcript, Utterance
+
+__all__ = ["Client", "Hypothesis", "NBest", "Population", "Span", "Transcript", "Utterance"]

@@ -1,0 +1,89 @@
+"""Opening text files the way readers need: compressed or not, decoded strictly, errors located.
+
+>>> import tempfile, pathlib, gzip
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> p = d / "a.txt.gz"
+>>> with gzip.open(p, "wt", encoding="utf-8") as f:
+...     _ = f.write("one\\ntwo\\n")
+>>> list(iter_lines(p))
+[(1, 'one'), (2, 'two')]
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from privasr.errors import InputError
+
+__all__ = ["open_text", "iter_lines", "read_text", "open_write_text", "PathLike"]
+
+PathLike = str | os.PathLike[str]
+
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+
+
+def _raw_open(path: Path, mode: str) -> IO[bytes]:
+    opener = _OPENERS.get(path.suffix.lower())
+    return opener(path, mode) if opener else open(path, mode)  # type: ignore[return-value]
+
+
+def open_text(path: PathLike) -> IO[str]:
+    """Open ``path`` for reading text (UTF-8, strict), decompressing ``.gz``/``.xz``/``.bz2``.
+
+    Raises :class:`InputError` if the file is missing or is not a file.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such file", path=p)
+    if not p.is_file():
+        raise InputError("not a regular file", path=p, expected="a file")
+    try:
+        raw = _raw_open(p, "rb")
+    except OSError as e:
+        raise InputError(f"cannot open: {e.strerror or e}", path=p) from None
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=None)
+
+
+def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` pairs (1-based, newline stripped) of a text file.
+
+    Decoding and decompression problems become :class:`InputError` with the line where they happened.
+    """
+    n = 0
+    with open_text(path) as f:
+        try:
+            for n, line in enumerate(f, start=1):  # noqa: B007 - n is used after the loop on error
+                yield n, line.rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise InputError("the file is not valid UTF-8 text", path=path, line=n + 1,
+                             expected="UTF-8 text") from None
+        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
+            raise InputError(f"cannot read: {e}", path=path, line=n + 1,
+                             expected="an intact (possibly compressed) text file") from None
+
+
+def read_text(path: PathLike) -> str:
+    """Read a whole text file (decompressing as needed), with errors as :class:`InputError`."""
+    with open_text(path) as f:
+        try:
+            return f.read()
+        except UnicodeDecodeError as e:
+            raise InputError(f"the file is not valid UTF-8 text (byte {e.start})", path=path,
+                             expected="UTF-8 text") from None
+        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
+            raise InputError(f"cannot read: {e}", path=path,
+                             expected="an intact (possibly compressed) text file") from None
+
+
+def open_write_text(path: PathLike) -> IO[str]:
+    """Open ``path`` for writing UTF-8 text, compressing by suffix; parent folders are created."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    return io.TextIOWrapper(_raw_open(p, "wb"), encoding="utf-8", newline="\n")

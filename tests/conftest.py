@@ -1,0 +1,56 @@
+"""Shared test fixtures.
+
+Real data and golden outputs live beside the project in ``../shared`` (data may be pointed to with
+``$PRIVASR_DATA``). Tests that need them use the fixtures below and skip cleanly when they are absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_DATA = Path(__file__).resolve().parent / "data"
+
+
+def _shared() -> Path:
+    return (REPO.parent / "shared").resolve()
+
+
+def shared_data_dir() -> Path | None:
+    """The real-data folder, or None when it is not available."""
+    env = os.environ.get("PRIVASR_DATA")
+    p = Path(env) if env else _shared() / "data"
+    return p if p.is_dir() else None
+
+
+def golden_dir() -> Path | None:
+    """The golden-outputs folder, or None when it is not available."""
+    p = _shared() / "golden"
+    return p if p.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path to ../shared/data (or $PRIVASR_DATA); skips the test when absent."""
+    p = shared_data_dir()
+    if p is None:
+        pytest.skip("shared data not available (../shared/data or $PRIVASR_DATA)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def golden() -> Path:
+    """Path to ../shared/golden; skips the test when absent."""
+    p = golden_dir()
+    if p is None:
+        pytest.skip("golden outputs not available (../shared/golden)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def test_data() -> Path:
+    """Path to tests/data, the project's own small fixtures."""
+    return TEST_DATA
