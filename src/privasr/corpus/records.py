@@ -43,6 +43,7 @@ __all__ = [
     "Population",
     "Utterance",
     "freeze_json",
+    "order_key",
     "thaw_json",
 ]
 
@@ -183,10 +184,10 @@ class Hypothesis:
     """
 
     words: tuple[str, ...]
-    scores: Mapping[str, float] = field(default=_EMPTY)
+    scores: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     confidences: tuple[float, ...] | None = None
     times: tuple[tuple[float, float], ...] | None = None
-    meta: Mapping[str, Any] = field(default=_EMPTY)
+    meta: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
         words = _check_words(self.words, "hypothesis")
@@ -251,7 +252,7 @@ class NBest:
     speaker: str | None = None
     order: int | float | str | None = None
     ref: tuple[str, ...] | None = None
-    meta: Mapping[str, Any] = field(default=_EMPTY)
+    meta: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
         _check_id(self.utt_id, "utterance id", optional=False)
@@ -310,7 +311,7 @@ class Transcript:
     speaker: str | None = None
     order: int | float | str | None = None
     entities: tuple[Span, ...] = ()
-    meta: Mapping[str, Any] = field(default=_EMPTY)
+    meta: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
         _check_id(self.utt_id, "utterance id", optional=False)
@@ -344,8 +345,14 @@ Utterance = NBest | Transcript
 """Anything a :class:`Population` can group: both records carry ``utt_id``, ``client``, ``speaker``, ``order``."""
 
 
-def _order_key(u: Utterance) -> tuple[int, Any]:
-    # Numbers sort before strings; records without an order key keep input order (sorted() is stable).
+def order_key(u: Utterance) -> tuple[int, Any]:
+    """Sort key for utterances within a client: numbers first, then strings, then records without one.
+
+    ``sorted()`` is stable, so records without an order key keep their input order.
+
+    >>> [order_key(Transcript("a", (), order=o)) for o in (3, "x", None)]
+    [(0, 3), (1, 'x'), (2, 0)]
+    """
     o = u.order
     if o is None:
         return (2, 0)
@@ -450,7 +457,7 @@ class Population:
                     raise InputError(f"utterance {u.utt_id} has no {key if isinstance(key, str) else 'key'}",
                                      expected="every utterance to carry the grouping key")
             groups.setdefault(str(k), []).append(u)
-        return cls(tuple(Client(cid, tuple(sorted(us, key=_order_key))) for cid, us in groups.items()))
+        return cls(tuple(Client(cid, tuple(sorted(us, key=order_key))) for cid, us in groups.items()))
 
     def __len__(self) -> int:
         return len(self.clients)

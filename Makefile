@@ -1,0 +1,38 @@
+# privasr: two commands do everything on a fresh machine.
+#   make demo   -- set up, generate the synthetic corpus and run the demo end to end (writes demo-out/)
+#   make test   -- set up and run the test suite (what CI runs)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+EXTRAS ?= dev
+STAMP  := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: setup demo test test-all bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: a looser requirement would pull a multi-GB CUDA build
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/privasr demo --out demo-out
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow" -p no:cacheprovider
+
+test-all: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/privasr bench all --out bench-out
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) demo-out bench-out .pytest_cache

@@ -1,0 +1,96 @@
+"""The ``results.json`` every run writes: config, seed, version, data fingerprints and metrics.
+
+>>> import tempfile, json, pathlib
+>>> out = pathlib.Path(tempfile.mkdtemp())
+>>> p = write_results(out, config={"n": 1}, seed=3, metrics={"wer": 0.25})
+>>> d = json.loads(p.read_text())
+>>> d["seed"], d["metrics"]["wer"], sorted(d)
+(3, 0.25, ['config', 'data', 'metrics', 'python', 'seed', 'version'])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from privasr import __version__
+
+__all__ = ["fingerprint", "write_results", "to_jsonable"]
+
+
+def fingerprint(path: str | Path) -> dict[str, Any]:
+    """A content fingerprint of a file (sha256) or folder (sha256 over its files' names and hashes).
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> _ = f.write_text("hi")
+    >>> fingerprint(f)["sha256"][:12]
+    '8f434346648f'
+    """
+    p = Path(path)
+    if p.is_file():
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return {"path": str(p), "bytes": p.stat().st_size, "sha256": h.hexdigest()}
+    if p.is_dir():
+        h = hashlib.sha256()
+        size = 0
+        for child in sorted(q for q in p.rglob("*") if q.is_file()):
+            sub = fingerprint(child)
+            size += sub["bytes"]
+            h.update(f"{child.relative_to(p)}\0{sub['sha256']}\n".encode())
+        return {"path": str(p), "bytes": size, "sha256": h.hexdigest()}
+    return {"path": str(p), "missing": True}
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert numpy scalars/arrays, paths, mappings, tuples and non-finite floats into strict JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):  # numpy
+        return to_jsonable(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def write_results(
+    out_dir: str | Path,
+    *,
+    config: Mapping[str, Any],
+    seed: int | None,
+    metrics: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    filename: str = "results.json",
+) -> Path:
+    """Write ``out_dir/results.json`` with ``config``, ``seed``, ``version``, ``data`` and ``metrics``.
+
+    ``data`` maps a name to a path (fingerprinted here) or to an already computed fingerprint.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fps = {k: (fingerprint(v) if isinstance(v, str | Path) else v) for k, v in (data or {}).items()}
+    payload = {
+        "config": to_jsonable(config),
+        "seed": seed,
+        "version": __version__,
+        "python": platform.python_version(),
+        "data": to_jsonable(fps),
+        "metrics": to_jsonable(metrics),
+        **to_jsonable(extra or {}),
+    }
+    path = out / filename
+    path.write_text(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False) + "\n", encoding="utf-8")
+    return path
