@@ -6,30 +6,17 @@ Real data and golden outputs live beside the project in ``../shared`` (data may 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+
+from privasr.paths import data_dir, golden_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
-def _shared() -> Path:
-    return (REPO.parent / "shared").resolve()
-
-
-def shared_data_dir() -> Path | None:
-    """The real-data folder, or None when it is not available."""
-    env = os.environ.get("PRIVASR_DATA")
-    p = Path(env) if env else _shared() / "data"
-    return p if p.is_dir() else None
-
-
-def golden_dir() -> Path | None:
-    """The golden-outputs folder, or None when it is not available."""
-    p = _shared() / "golden"
-    return p if p.is_dir() else None
+shared_data_dir = data_dir
 
 
 @pytest.fixture(scope="session")

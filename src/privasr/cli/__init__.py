@@ -43,11 +43,12 @@ def _root(
 
 
 def _register() -> None:
-    from privasr.cli import data, demo, score
+    from privasr.cli import bench, data, demo, score
 
     app.add_typer(data.app, name="data")
     app.add_typer(score.app, name="score")
     app.command("demo")(demo.demo)
+    app.command("bench")(bench.bench)
 
 
 _register()

@@ -1,6 +1,208 @@
 """``privasr score``: WER, oracle WER and significance tests between systems."""
 
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from privasr.corpus.records import Transcript
+from privasr.results import write_results
+from privasr.errors import InputError
 
 app = typer.Typer(help="Score recognition output: WER, and compare two systems (MAPSSWE, bootstrap).",
                   no_args_is_help=True)
+out_console = Console()
+
+_FORMATS = ("auto", "trn", "kaldi")
+_FORMAT_HELP = ("Transcript format of every input: 'trn' (NIST, 'words (id)' per line), 'kaldi' (Kaldi text, "
+                "'id words...' per line) or 'auto' (trn if the first lines end with '(id)', else Kaldi text).")
+
+
+def detect_format(path: Path) -> str:
+    """``"trn"`` when the first non-blank lines of ``path`` all end with ``(id)``, else ``"kaldi"``."""
+    from privasr.corpus.formats.trn import looks_like_trn
+    from privasr.corpus.textio import iter_lines
+
+    seen = 0
+    for _, line in iter_lines(path):
+        if not line.strip() or line.lstrip().startswith(";;"):
+            continue
+        if not looks_like_trn(line):
+            return "kaldi"
+        seen += 1
+        if seen >= 20:
+            break
+    return "trn" if seen else "kaldi"
+
+
+def read_transcripts(path: Path, fmt: str = "auto") -> list[Transcript]:
+    """Read a trn or Kaldi text file (``fmt``: auto, trn or kaldi)."""
+    from privasr.corpus.formats.kaldi_text import read_kaldi_text
+    from privasr.corpus.formats.trn import read_trn
+
+    if fmt not in _FORMATS:
+        raise InputError(f"unknown format {fmt!r}", expected="auto, trn or kaldi")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    return read_trn(path) if fmt == "trn" else read_kaldi_text(path)
+
+
+def match_ids(ref: list[Transcript], hyp: list[Transcript], ref_path: Path, hyp_path: Path) -> list[Transcript]:
+    """The hypotheses in reference order; :class:`InputError` (listing a few ids) if the id sets differ."""
+    by_id = {t.utt_id: t for t in hyp}
+    ref_ids = {t.utt_id for t in ref}
+    missing = [t.utt_id for t in ref if t.utt_id not in by_id]
+    extra = [t.utt_id for t in hyp if t.utt_id not in ref_ids]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} reference ids missing from it (e.g. {', '.join(missing[:5])})")
+        if extra:
+            parts.append(f"{len(extra)} ids not in the reference {ref_path} (e.g. {', '.join(extra[:5])})")
+        raise InputError("utterance ids do not match the reference: " + "; ".join(parts), path=hyp_path,
+                         expected="the same utterance ids as the reference")
+    return [by_id[t.utt_id] for t in ref]
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%" if math.isfinite(x) else "n/a"
+
+
+def _num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+@app.command("wer")
+def wer_cmd(
+    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn or Kaldi text).")],
+    hyp: Annotated[Path, typer.Argument(help="Hypothesis transcripts, same utterance ids as the reference.")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the counts to this JSON file.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
+    aligner: Annotated[str, typer.Option("--aligner", help="'sclite' (NIST sclite's weighted alignment: sub 4, "
+                                         "ins 3, del 3; its Corr/Sub/Del/Ins) or 'jiwer' (plain Levenshtein).")] = "sclite",
+) -> None:
+    """Word error rate of HYP against REF, utterances matched by id.
+
+    Prints sentences, reference words, correct/substituted/deleted/inserted words (counts and % of reference words), WER and sentence error rate, like sclite's summary. Both files must hold the same utterance ids.
+    """
+    from privasr.metrics.wer import wer
+
+    if aligner not in ("sclite", "jiwer"):
+        raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
+    refs = read_transcripts(ref, fmt)
+    hyps = match_ids(refs, read_transcripts(hyp, fmt), ref, hyp)
+    r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner)  # type: ignore[arg-type]
+    n = r.ref_words
+    table = Table(title=f"WER of {hyp.name} against {ref.name} ({aligner} alignment)")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    table.add_column("% of ref words", justify="right")
+
+    def share(k: int) -> str:
+        return f"{100 * k / n:.2f}%" if n else "n/a"
+
+    table.add_row("sentences", f"{r.sentences:,}", "")
+    table.add_row("reference words", f"{n:,}", "")
+    table.add_row("correct", f"{r.hits:,}", share(r.hits))
+    table.add_row("substitutions", f"{r.substitutions:,}", share(r.substitutions))
+    table.add_row("deletions", f"{r.deletions:,}", share(r.deletions))
+    table.add_row("insertions", f"{r.insertions:,}", share(r.insertions))
+    table.add_row("WER", f"{r.errors:,}", _pct(r.wer), style="bold")
+    table.add_row("sentence errors", f"{r.sentence_errors:,}", f"{_pct(r.ser)} of sentences")
+    out_console.print(table)
+    if json_out is not None:
+        from privasr import __version__
+
+        _write_json(json_out, {"config": {"ref": str(ref), "hyp": str(hyp), "format": fmt, "aligner": aligner},
+                               "version": __version__, "metrics": r.as_dict()})
+
+
+@app.command("compare")
+def compare_cmd(
+    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn or Kaldi text).")],
+    hyp_a: Annotated[Path, typer.Argument(help="System A's hypotheses.")],
+    hyp_b: Annotated[Path, typer.Argument(help="System B's hypotheses.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write DIR/results.json (config, seed, version, metrics).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap's random generator.")] = 0,
+    resamples: Annotated[int, typer.Option("--resamples", help="Number of bootstrap resamples.")] = 1000,
+    confidence: Annotated[float, typer.Option("--confidence", help="Coverage of the bootstrap interval.")] = 0.95,
+    min_boundary: Annotated[int, typer.Option("--min-boundary", help="MAPSSWE: consecutive words correct in both "
+                                              "systems that bound a segment (sc_stats default 2).")] = 2,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the MAPSSWE decision.")] = 0.05,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
+) -> None:
+    """Compare systems A and B on the same utterances (matched by id).
+
+    Aligns both with sclite's alignment, then reports both WERs, NIST's matched-pairs sentence-segment word error test (MAPSSWE, exactly as sc_stats: segments, mean and sd of the per-segment error difference A - B, Z, two-sided p, verdict) and a paired bootstrap confidence interval of WER(A) - WER(B) (Bisani & Ney 2004).
+
+    Speakers for MAPSSWE's segment order are the id text before the first '-' or '_' (sclite's spu_id). With --out, writes DIR/results.json with the configuration, seed, version and all metrics.
+    """
+    from privasr import __version__
+    from privasr.metrics.align import align_many
+    from privasr.metrics.bootstrap import bootstrap_wer_difference
+    from privasr.metrics.mapsswe import mapsswe_from_alignments
+    from privasr.metrics.wer import wer_from_alignments
+
+    if resamples < 1:
+        raise InputError(f"--resamples is {resamples}", expected="an integer >= 1")
+    if not 0 < confidence < 1:
+        raise InputError(f"--confidence is {confidence}", expected="a number in (0, 1)")
+    if min_boundary < 1:
+        raise InputError(f"--min-boundary is {min_boundary}", expected="an integer >= 1")
+    if not 0 < alpha < 1:
+        raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
+    refs = read_transcripts(ref, fmt)
+    a = match_ids(refs, read_transcripts(hyp_a, fmt), ref, hyp_a)
+    b = match_ids(refs, read_transcripts(hyp_b, fmt), ref, hyp_b)
+    rw = [t.words for t in refs]
+    ali_a = align_many(rw, [t.words for t in a])
+    ali_b = align_many(rw, [t.words for t in b])
+    wa, wb = wer_from_alignments(ali_a), wer_from_alignments(ali_b)
+    mp = mapsswe_from_alignments(ali_a, ali_b, [t.utt_id for t in refs], min_boundary=min_boundary, alpha=alpha)
+    bs = bootstrap_wer_difference(wa, wb, resamples=resamples, confidence=confidence, seed=seed)
+
+    verdict = {"A": f"A ({hyp_a.name}) is better", "B": f"B ({hyp_b.name}) is better",
+               "same": "no significant difference"}[mp.better]
+    table = Table(title=f"A = {hyp_a.name}  vs  B = {hyp_b.name}  (reference {ref.name}, {len(refs):,} utterances)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("WER A", f"{_pct(wa.wer)}  ({wa.errors:,} / {wa.ref_words:,})")
+    table.add_row("WER B", f"{_pct(wb.wer)}  ({wb.errors:,} / {wb.ref_words:,})")
+    table.add_row("MAPSSWE segments", f"{mp.n:,}  ({mp.segments_per_sentence:.3f} per sentence)")
+    table.add_row("MAPSSWE segment errors A / B", f"{mp.errors_a:,} / {mp.errors_b:,} in {mp.ref_words:,} ref words")
+    table.add_row("MAPSSWE mean d (A - B)", f"{mp.mean:.3f}")
+    table.add_row("MAPSSWE sd d", f"{mp.sd:.3f}")
+    table.add_row("MAPSSWE Z", f"{mp.z:.3f}")
+    table.add_row("MAPSSWE p (two-sided)", f"{mp.p:.3g}" if mp.p > 0 else f"10^{mp.log10_p:.1f}")
+    table.add_row(f"MAPSSWE verdict (alpha {alpha:g})", verdict, style="bold")
+    table.add_row("WER A - WER B", f"{100 * bs.difference:+.2f} points")
+    table.add_row(f"bootstrap {100 * confidence:g}% CI ({resamples:,} resamples)",
+                  f"[{100 * bs.ci_low:+.2f}, {100 * bs.ci_high:+.2f}] points")
+    table.add_row("P(A better) over resamples", f"{bs.prob_a_better:.3f}")
+    out_console.print(table)
+    if out is not None:
+        config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite",
+                  "min_boundary": min_boundary, "alpha": alpha, "resamples": resamples, "confidence": confidence}
+        metrics = {
+            "utterances": len(refs),
+            "wer_a": _num(wa.wer), "wer_b": _num(wb.wer),
+            "counts_a": wa.as_dict(), "counts_b": wb.as_dict(),
+            "mapsswe_n": mp.n, "mapsswe_ref_words": mp.ref_words, "mapsswe_errors_a": mp.errors_a,
+            "mapsswe_errors_b": mp.errors_b, "mapsswe_mean": mp.mean, "mapsswe_sd": mp.sd, "mapsswe_z": mp.z,
+            "mapsswe_p": mp.p, "mapsswe_log10_p": mp.log10_p, "mapsswe_better": mp.better,
+            "bootstrap_difference": _num(bs.difference), "bootstrap_ci_low": _num(bs.ci_low),
+            "bootstrap_ci_high": _num(bs.ci_high), "bootstrap_prob_a_better": bs.prob_a_better,
+        }
+        write_results(out, config=config, seed=seed, metrics=metrics,
+                      data={"ref": ref, "hyp_a": hyp_a, "hyp_b": hyp_b})

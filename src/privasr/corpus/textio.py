@@ -54,18 +54,32 @@ def open_text(path: PathLike) -> IO[str]:
 def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, line)`` pairs (1-based, newline stripped) of a text file.
 
-    Decoding and decompression problems become :class:`InputError` with the line where they happened.
+    Lines are decoded one at a time, so a decoding or decompression problem becomes an
+    :class:`InputError` naming exactly the line where it happened.
     """
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such file", path=p)
+    if not p.is_file():
+        raise InputError("not a regular file", path=p, expected="a file")
     n = 0
-    with open_text(path) as f:
+    try:
+        raw = _raw_open(p, "rb")
+    except OSError as e:
+        raise InputError(f"cannot open: {e.strerror or e}", path=p) from None
+    with raw:
         try:
-            for n, line in enumerate(f, start=1):  # noqa: B007 - n is used after the loop on error
+            for n, bline in enumerate(raw, start=1):  # noqa: B007 - n is used after the loop on error
+                try:
+                    line = bline.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"invalid UTF-8 at byte {e.start} of the line", path=p, line=n,
+                                     expected="UTF-8 text") from None
                 yield n, line.rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise InputError("the file is not valid UTF-8 text", path=path, line=n + 1,
-                             expected="UTF-8 text") from None
         except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
-            raise InputError(f"cannot read: {e}", path=path, line=n + 1,
+            if isinstance(e, InputError):
+                raise
+            raise InputError(f"cannot read: {e}", path=p, line=n + 1,
                              expected="an intact (possibly compressed) text file") from None
 
 

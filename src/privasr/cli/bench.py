@@ -1,0 +1,38 @@
+"""``privasr bench``: speed benchmarks that report ratios against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from privasr.errors import ConfigError
+
+
+def run(name: str, out: Path, quick: bool, seed: int) -> None:
+    """Run one benchmark (or ``all``) and print its metrics."""
+    from privasr.bench import BENCHMARKS, get
+
+    names = list(BENCHMARKS) if name == "all" else [name]
+    for n in names:
+        if n not in BENCHMARKS:
+            raise ConfigError(f"unknown benchmark {n!r}", expected=f"one of {sorted(BENCHMARKS)} or 'all'")
+    console = Console()
+    for n in names:
+        target = out / n if name == "all" else out
+        with console.status(f"benchmark {n}"):
+            metrics = get(n)(target, quick=quick, seed=seed)
+        console.print(f"[bold]{n}[/] -> {target / 'results.json'}")
+        console.print_json(json.dumps(metrics))
+
+
+def bench(
+    name: str = typer.Argument(..., help="Benchmark name (readers, metrics, synth) or 'all'."),
+    out: Path = typer.Option(..., "--out", help="Output folder for results.json."),
+    quick: bool = typer.Option(False, "--quick", help="Smaller sizes, fewer repeats (for smoke tests)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for generated inputs."),
+) -> None:
+    """Run a benchmark: readers, metrics, synth, or all (then one sub-folder each)."""
+    run(name, out, quick, seed)

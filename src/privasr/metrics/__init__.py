@@ -1,0 +1,31 @@
+"""Scoring: WER and oracle WER, sclite-compatible alignment, MAPSSWE, paired bootstrap, SRILM perplexity.
+
+Every function returns a frozen dataclass and keeps no hidden state.
+
+>>> from privasr.metrics import wer, mapsswe
+>>> wer([["a", "b"]], [["a", "c"]]).wer
+0.5
+"""
+
+from privasr.metrics.align import SCLITE_WEIGHTS, Alignment, align, align_many
+from privasr.metrics.bootstrap import BootstrapResult, bootstrap_wer_difference, paired_bootstrap
+from privasr.metrics.mapsswe import (
+    MapssweResult,
+    Segment,
+    mapsswe,
+    mapsswe_from_alignments,
+    segment_sentence,
+    z_test,
+)
+from privasr.metrics.oracle import onebest_wer, oracle_indices, oracle_wer
+from privasr.metrics.perplexity import OOV, ZEROPROB, PplStats, corpus_stats, format_ppl, sentence_stats
+from privasr.metrics.wer import WerResult, error_rate, wer, wer_from_alignments, wer_from_counts
+
+__all__ = [
+    "SCLITE_WEIGHTS", "Alignment", "align", "align_many",
+    "BootstrapResult", "bootstrap_wer_difference", "paired_bootstrap",
+    "MapssweResult", "Segment", "mapsswe", "mapsswe_from_alignments", "segment_sentence", "z_test",
+    "onebest_wer", "oracle_indices", "oracle_wer",
+    "OOV", "ZEROPROB", "PplStats", "corpus_stats", "format_ppl", "sentence_stats",
+    "WerResult", "error_rate", "wer", "wer_from_alignments", "wer_from_counts",
+]
