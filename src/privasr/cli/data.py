@@ -1,5 +1,138 @@
 """``privasr data``: inspect, convert and synthesise corpora."""
 
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from privasr.errors import ConfigError, InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
+out_console = Console()
+
+
+def _pct(x: Any) -> str:
+    return "" if x is None else f"{100 * x:.2f}%"
+
+
+@app.command()
+def inspect(
+    path: Path = typer.Argument(..., help="A corpus file or folder (any supported format; see docs/formats.md)."),
+    fmt: str = typer.Option(None, "--format", "-f", help="Force a format instead of detecting it."),
+    normalize: str = typer.Option(
+        "none", "--normalize", help="Text normaliser applied before scoring WER: a preset (none, asr, wer, ami) "
+        "with optional overrides, e.g. 'wer,fillers=keep'."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist.
+
+    For a folder with several sets (e.g. dev and test), the totals pool the sets that are not systems
+    scored against shared references; every set is listed under "datasets".
+    """
+    from privasr.corpus.load import load_path
+    from privasr.corpus.stats import combine_stats, dataset_stats
+    from privasr.text.normalize import Normalizer
+
+    norm = Normalizer.from_spec(normalize)
+    datasets = load_path(path, fmt)
+    parts = [dataset_stats(d, norm) for d in datasets]
+    primary = [p for p, d in zip(parts, datasets, strict=True) if d.references is None] or parts
+    summary: dict[str, Any] = {"path": str(path), **combine_stats(primary), "datasets": parts}
+    if len(parts) == 1:
+        summary.update({k: v for k, v in parts[0].items() if k not in ("name",)})
+    if as_json:
+        typer.echo(json.dumps(summary, sort_keys=False))
+        return
+    table = Table(title=f"privasr data inspect {path}", show_lines=False)
+    for col in ("set", "kind", "format", "utts", "clients", "speakers", "words", "hyps/utt", "1-best WER", "oracle WER"):
+        table.add_column(col, justify="left" if col in ("set", "kind", "format") else "right")
+    for p in parts:
+        table.add_row(
+            p["name"], p["kind"], p["format"], f"{p['utterances']:,}", f"{p['clients']:,}", f"{p['speakers']:,}",
+            f"{p['words']:,}", f"{p['hyps_per_utt']:.2f}" if "hyps_per_utt" in p else "",
+            _pct(p.get("wer_1best")), _pct(p.get("wer_oracle")),
+        )
+    if len(parts) > 1:
+        table.add_row("total", "", "", f"{summary['utterances']:,}", f"{summary['clients']:,}",
+                      f"{summary['speakers']:,}", f"{summary['words']:,}", "",
+                      _pct(summary.get("wer_1best")), _pct(summary.get("wer_oracle")), style="bold")
+    out_console.print(table)
+
+
+@app.command()
+def convert(
+    src: Path = typer.Argument(..., help="Input corpus file or folder."),
+    dst: Path = typer.Argument(..., help="Output file (one set) or folder (several sets)."),
+    fmt: str = typer.Option(None, "--from", help="Input format (detected when omitted)."),
+    to: str = typer.Option(
+        "jsonl", "--to", help="Output format: 'jsonl' (canonical N-best or transcript JSON Lines), or any "
+        "format name with a writer (see docs/formats.md)."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+) -> None:
+    """Convert a corpus into the canonical JSON Lines format (or another format with a writer)."""
+    from privasr.corpus.load import load_path, write_dataset
+
+    datasets = load_path(src, fmt)
+    src_res = src.resolve()
+    targets: list[tuple[Any, Path]] = []
+    if len(datasets) == 1 and not (dst.exists() and dst.is_dir()):
+        targets.append((datasets[0], dst))
+    else:
+        for d in datasets:
+            suffix = ".jsonl" if to == "jsonl" else f".{to}"
+            targets.append((d, dst / (d.name.replace("/", "_") + suffix)))
+    for _, target in targets:
+        t = target.resolve()
+        if t == src_res:
+            raise InputError("refusing to write over the input", path=target)
+        if target.exists() and not force:
+            raise InputError("output exists (use --force to overwrite)", path=target)
+    for d, target in targets:
+        n = write_dataset(d, target, to)
+        out_console.print(f"wrote {n:,} {d.kind} records of {d.name} to {target}")
+
+
+@app.command()
+def synth(
+    out: Path = typer.Option(..., "--out", help="Output folder."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (the same seed gives byte-identical files)."),
+    preset: str = typer.Option("small", "--preset", help="Size preset: small (seconds) or medium."),
+    overrides: list[str] = typer.Option(
+        [], "--set", help="Override a SynthConfig field, e.g. --set n_clients=100 (repeatable)."
+    ),
+) -> None:
+    """Generate the seeded synthetic federated ASR corpus (clients, N-best lists, background text)."""
+    from privasr.corpus.synth import SynthConfig, generate
+
+    config = SynthConfig.preset(preset, seed=seed, **parse_overrides(overrides))
+    corpus = generate(config)
+    manifest = corpus.write(out)
+    out_console.print_json(json.dumps(manifest.get("stats", {})))
+    out_console.print(f"corpus written to {out}")
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """Parse ``key=value`` overrides; values are read as YAML scalars (numbers, booleans, lists).
+
+    >>> parse_overrides(["n_clients=12", "name=x", "rates=[0.1, 0.2]"])
+    {'n_clients': 12, 'name': 'x', 'rates': [0.1, 0.2]}
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not key=value", expected="e.g. --set n_clients=100")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r} has an unreadable value", expected="a YAML scalar or list") from None
+    return out

@@ -1,0 +1,124 @@
+"""Summary statistics of a corpus: counts, and 1-best/oracle WER where references exist.
+
+This is what ``privasr data inspect`` prints. Error rates are fractions.
+
+>>> from privasr.corpus.records import Hypothesis, NBest
+>>> nbs = [NBest("u1", (Hypothesis(("a", "x")), Hypothesis(("a", "b"))), client="c1", ref=("a", "b")),
+...        NBest("u2", (Hypothesis(("c",)),), client="c2", ref=("c",))]
+>>> s = nbest_stats(nbs)
+>>> s["utterances"], s["clients"], s["words"], s["hyps_per_utt"], round(s["wer_1best"], 3), s["wer_oracle"]
+(2, 2, 3, 1.5, 0.333, 0.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from privasr.corpus.records import Hypothesis, NBest, Transcript
+from privasr.text.normalize import Normalizer
+
+__all__ = ["nbest_stats", "transcript_stats", "dataset_stats", "combine_stats"]
+
+
+def _ids(values: Sequence[str | None]) -> int:
+    return len({v for v in values if v is not None})
+
+
+def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -> dict[str, Any]:
+    """Counts of an N-best set; ``wer_1best``/``wer_oracle`` when every utterance has a reference.
+
+    ``words`` counts reference words when all references are known, else 1-best words. A
+    ``normalizer`` is applied to references and hypotheses before scoring (not to the counts of
+    utterances or clients).
+    """
+    from privasr.metrics import oracle_wer, wer
+
+    norm = normalizer or Normalizer.preset("none")
+    n = len(nbests)
+    have_refs = n > 0 and all(nb.ref is not None for nb in nbests)
+    out: dict[str, Any] = {
+        "kind": "nbest",
+        "utterances": n,
+        "clients": _ids([nb.client for nb in nbests]),
+        "speakers": _ids([nb.speaker for nb in nbests]),
+        "hyps": sum(len(nb) for nb in nbests),
+        "hyps_per_utt": (sum(len(nb) for nb in nbests) / n) if n else 0.0,
+        "empty_lists": sum(1 for nb in nbests if len(nb) == 0),
+        "score_names": sorted({k for nb in nbests for h in nb for k in h.scores}),
+        "has_confidences": any(h.confidences is not None for nb in nbests for h in nb),
+        "references": have_refs,
+    }
+    if have_refs:
+        normed = [NBest(nb.utt_id, tuple(Hypothesis(norm(h.words)) for h in nb), ref=norm(nb.ref or ()))
+                  for nb in nbests]
+        out["words"] = sum(len(nb.ref or ()) for nb in normed)
+        one = wer([nb.ref or () for nb in normed], [nb.best.words for nb in normed])
+        orc = oracle_wer(normed)
+        out["wer_1best"] = one.wer
+        out["wer_oracle"] = orc.wer
+        out["errors_1best"] = {"sub": one.substitutions, "del": one.deletions, "ins": one.insertions}
+    else:
+        out["words"] = sum(len(nb.best) for nb in nbests)
+    return out
+
+
+def transcript_stats(
+    transcripts: Sequence[Transcript],
+    references: Mapping[str, Sequence[str]] | None = None,
+    normalizer: Normalizer | None = None,
+) -> dict[str, Any]:
+    """Counts of a transcript set; ``wer_1best`` when ``references`` (utt_id -> words) are given.
+
+    With references, ``words`` counts reference words and the transcripts are scored as 1-best output.
+    """
+    from privasr.metrics import wer
+
+    norm = normalizer or Normalizer.preset("none")
+    out: dict[str, Any] = {
+        "kind": "transcript",
+        "utterances": len(transcripts),
+        "clients": _ids([t.client for t in transcripts]),
+        "speakers": _ids([t.speaker for t in transcripts]),
+        "words": sum(len(t) for t in transcripts),
+        "has_confidences": any(t.confidences is not None for t in transcripts),
+        "entities": sum(len(t.entities) for t in transcripts),
+        "references": references is not None,
+    }
+    if references is not None:
+        refs = [norm(references.get(t.utt_id, ())) for t in transcripts]
+        hyps = [norm(t.words) for t in transcripts]
+        res = wer(refs, hyps)
+        out["hyp_words"] = out["words"]
+        out["words"] = res.ref_words
+        out["wer_1best"] = res.wer
+        out["errors_1best"] = {"sub": res.substitutions, "del": res.deletions, "ins": res.insertions}
+        out["unmatched_references"] = sum(1 for t in transcripts if t.utt_id not in references)
+    return out
+
+
+def dataset_stats(dataset: Any, normalizer: Normalizer | None = None) -> dict[str, Any]:
+    """Statistics of a :class:`privasr.corpus.load.Dataset` (N-best or transcript kind)."""
+    if dataset.kind == "nbest":
+        s = nbest_stats(list(dataset.records), normalizer)
+    else:
+        s = transcript_stats(list(dataset.records), dataset.references, normalizer)
+    return {"name": dataset.name, "format": dataset.fmt, **s}
+
+
+def combine_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over several disjoint datasets (e.g. dev and test): counts add up; WERs are pooled by words.
+
+    A WER appears in the totals only when every part has it.
+
+    >>> combine_stats([{"utterances": 2, "clients": 1, "words": 10, "wer_1best": 0.1},
+    ...                {"utterances": 3, "clients": 2, "words": 30, "wer_1best": 0.3}])["wer_1best"]
+    0.25
+    """
+    total: dict[str, Any] = {k: sum(p.get(k, 0) for p in parts) for k in ("utterances", "clients", "speakers", "words")}
+    for key in ("wer_1best", "wer_oracle"):
+        scored = [p for p in parts if key in p]
+        if scored and len(scored) == len(parts):
+            w = sum(p["words"] for p in scored)
+            total[key] = sum(p[key] * p["words"] for p in scored) / w if w else 0.0
+    return total

@@ -1,0 +1,27 @@
+"""The end-to-end demo writes results.json and report.md with sane, reproducible numbers."""
+
+import json
+
+from privasr.cli import main
+
+
+def test_demo_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--seed", "3", "--preset", "tiny"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert {"config", "seed", "version", "data", "metrics"} <= set(res)
+    assert res["seed"] == 3
+    m = res["metrics"]
+    assert 0 < m["wer_oracle"] < m["wer_1best"] < 1
+    assert m["mapsswe_z"] > 0 and 0 <= m["mapsswe_p"] <= 1
+    lo, hi = m["bootstrap_ci"]
+    assert 0 < lo <= m["wer_1best"] - m["wer_oracle"] <= hi
+    report = (out / "report.md").read_text()
+    assert "| first-pass 1-best |" in report and "MAPSSWE" in report
+    assert f"{100 * m['wer_1best']:.2f}" in report
+    # Same seed, same numbers (timings aside).
+    out2 = tmp_path / "demo2"
+    assert main(["demo", "--out", str(out2), "--seed", "3", "--preset", "tiny"]) == 0
+    m2 = json.loads((out2 / "results.json").read_text())["metrics"]
+    drop = lambda d: {k: v for k, v in d.items() if k != "timings"}  # noqa: E731
+    assert drop(m) == drop(m2)
