@@ -113,3 +113,10 @@ def test_client_words_prefers_reference():
     nb = NBest("u", (Hypothesis(("a", "b", "c")),), ref=("a",))
     assert Client("c", (nb,)).num_words == 1
     assert Client("c", (NBest("v", (Hypothesis(("a", "b")),)),)).num_words == 2
+
+
+def test_huge_and_non_finite_values_are_input_errors():
+    with pytest.raises(InputError, match="out of range"):
+        Hypothesis(("a",), confidences=(10**400,))
+    with pytest.raises(InputError, match="finite numbers only"):
+        NBest("u", (), meta={"x": [1.0, math.inf]})

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 __all__ = ["BENCHMARKS", "get", "best_of"]

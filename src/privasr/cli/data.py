@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from rich.table import Table
 from privasr.errors import ConfigError, InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
-out_console = Console()
+out_console = Console(width=None if sys.stdout.isatty() else 200)  # no truncated tables in pipes and logs
 
 
 def _pct(x: Any) -> str:
@@ -25,8 +26,9 @@ def inspect(
     path: Path = typer.Argument(..., help="A corpus file or folder (any supported format; see docs/formats.md)."),
     fmt: str = typer.Option(None, "--format", "-f", help="Force a format instead of detecting it."),
     normalize: str = typer.Option(
-        "none", "--normalize", help="Text normaliser applied before scoring WER: a preset (none, asr, wer, ami) "
-        "with optional overrides, e.g. 'wer,fillers=keep'."
+        "auto", "--normalize", help="Text normaliser applied before scoring WER: 'auto' (N-best sets as they "
+        "are; hypotheses scored against another source's references, e.g. Earnings-21 CTMs, with 'wer'), or a "
+        "preset (none, asr, wer, ami) with optional overrides, e.g. 'wer,fillers=keep'."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
@@ -39,7 +41,7 @@ def inspect(
     from privasr.corpus.stats import combine_stats, dataset_stats
     from privasr.text.normalize import Normalizer
 
-    norm = Normalizer.from_spec(normalize)
+    norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
     datasets = load_path(path, fmt)
     parts = [dataset_stats(d, norm) for d in datasets]
     primary = [p for p, d in zip(parts, datasets, strict=True) if d.references is None] or parts

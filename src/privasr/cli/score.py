@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from privasr.corpus.records import Transcript
-from privasr.results import write_results
 from privasr.errors import InputError
+from privasr.results import write_results
 
 app = typer.Typer(help="Score recognition output: WER, and compare two systems (MAPSSWE, bootstrap).",
                   no_args_is_help=True)
@@ -148,7 +148,6 @@ def compare_cmd(
 
     Speakers for MAPSSWE's segment order are the id text before the first '-' or '_' (sclite's spu_id). With --out, writes DIR/results.json with the configuration, seed, version and all metrics.
     """
-    from privasr import __version__
     from privasr.metrics.align import align_many
     from privasr.metrics.bootstrap import bootstrap_wer_difference
     from privasr.metrics.mapsswe import mapsswe_from_alignments

@@ -53,6 +53,8 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 def freeze_json(value: Any) -> Any:
     """Return an immutable copy of a JSON-like value (dicts become read-only mappings, lists tuples).
 
+    Non-finite floats are rejected (:class:`InputError`): ``meta`` must stay writable as strict JSON.
+
     >>> v = freeze_json({"a": [1, {"b": 2}]})
     >>> v["a"][1]["b"]
     2
@@ -63,6 +65,8 @@ def freeze_json(value: Any) -> Any:
         return MappingProxyType({str(k): freeze_json(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(freeze_json(v) for v in value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"meta holds {value!r}", expected="finite numbers only")
     return value
 
 
@@ -91,7 +95,10 @@ def _check_words(words: Any, what: str) -> tuple[str, ...]:
 def _check_float(x: Any, what: str, *, allow_neg_inf: bool = False) -> float:
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise InputError(f"{what} is {x!r}", expected="a number")
-    x = float(x)
+    try:
+        x = float(x)
+    except OverflowError:
+        raise InputError(f"{what} is out of range", expected="a finite number") from None
     if math.isnan(x) or x == math.inf or (x == -math.inf and not allow_neg_inf):
         raise InputError(f"{what} is {x!r}", expected="a finite number")
     return x

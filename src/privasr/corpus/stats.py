@@ -70,7 +70,9 @@ def transcript_stats(
 ) -> dict[str, Any]:
     """Counts of a transcript set; ``wer_1best`` when ``references`` (utt_id -> words) are given.
 
-    With references, ``words`` counts reference words and the transcripts are scored as 1-best output.
+    With references, the transcripts that have one are scored as 1-best output and ``words`` counts their
+    reference words; transcripts without a reference are left out of the WER and counted in
+    ``unmatched_references`` (scoring them against nothing would count every word as an insertion).
     """
     from privasr.metrics import wer
 
@@ -86,24 +88,36 @@ def transcript_stats(
         "references": references is not None,
     }
     if references is not None:
-        refs = [norm(references.get(t.utt_id, ())) for t in transcripts]
-        hyps = [norm(t.words) for t in transcripts]
-        res = wer(refs, hyps)
+        scored = [t for t in transcripts if t.utt_id in references]
+        res = wer([norm(references[t.utt_id]) for t in scored], [norm(t.words) for t in scored])
         out["hyp_words"] = out["words"]
         out["words"] = res.ref_words
         out["wer_1best"] = res.wer
         out["errors_1best"] = {"sub": res.substitutions, "del": res.deletions, "ins": res.insertions}
-        out["unmatched_references"] = sum(1 for t in transcripts if t.utt_id not in references)
+        out["unmatched_references"] = len(transcripts) - len(scored)
     return out
 
 
-def dataset_stats(dataset: Any, normalizer: Normalizer | None = None) -> dict[str, Any]:
-    """Statistics of a :class:`privasr.corpus.load.Dataset` (N-best or transcript kind)."""
+def dataset_stats(dataset: Any, normalizer: Normalizer | str | None = "auto") -> dict[str, Any]:
+    """Statistics of a :class:`privasr.corpus.load.Dataset` (N-best or transcript kind).
+
+    ``normalizer="auto"`` scores N-best sets (whose references come with them, already normalised the
+    same way) as they are, and hypotheses scored against references from another source (Earnings-21
+    CTMs against the cased, punctuated references) with the ``wer`` preset; the choice is returned as
+    ``normalizer``.
+    """
+    if normalizer == "auto":
+        normalizer = "wer" if dataset.references is not None else "none"
+    if isinstance(normalizer, str):
+        spec = normalizer
+        normalizer = Normalizer.from_spec(normalizer)
+    else:
+        spec = "custom" if normalizer is not None else "none"
     if dataset.kind == "nbest":
         s = nbest_stats(list(dataset.records), normalizer)
     else:
         s = transcript_stats(list(dataset.records), dataset.references, normalizer)
-    return {"name": dataset.name, "format": dataset.fmt, **s}
+    return {"name": dataset.name, "format": dataset.fmt, "normalizer": spec, **s}
 
 
 def combine_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -16,13 +16,14 @@ import gzip
 import io
 import lzma
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 from privasr.errors import InputError
 
-__all__ = ["open_text", "iter_lines", "read_text", "open_write_text", "PathLike"]
+__all__ = ["open_text", "iter_lines", "read_text", "read_bytes", "open_write_text", "PathLike"]
 
 PathLike = str | os.PathLike[str]
 
@@ -76,7 +77,7 @@ def iter_lines(path: PathLike) -> Iterator[tuple[int, str]]:
                     raise InputError(f"invalid UTF-8 at byte {e.start} of the line", path=p, line=n,
                                      expected="UTF-8 text") from None
                 yield n, line.rstrip("\r\n")
-        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
             if isinstance(e, InputError):
                 raise
             raise InputError(f"cannot read: {e}", path=p, line=n + 1,
@@ -91,9 +92,21 @@ def read_text(path: PathLike) -> str:
         except UnicodeDecodeError as e:
             raise InputError(f"the file is not valid UTF-8 text (byte {e.start})", path=path,
                              expected="UTF-8 text") from None
-        except (OSError, EOFError, lzma.LZMAError, ValueError) as e:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
             raise InputError(f"cannot read: {e}", path=path,
                              expected="an intact (possibly compressed) text file") from None
+
+
+def read_bytes(path: PathLike) -> bytes:
+    """All bytes of a (possibly ``.gz``/``.xz``/``.bz2``-compressed) file, errors as :class:`InputError`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file" if not p.exists() else "not a regular file", path=p)
+    try:
+        with _raw_open(p, "rb") as f:
+            return f.read()
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
+        raise InputError(f"cannot read: {e}", path=p, expected="an intact (possibly compressed) file") from None
 
 
 def open_write_text(path: PathLike) -> IO[str]:

@@ -24,7 +24,6 @@ from typing import Any
 
 from privasr import __version__
 from privasr.corpus.partition import by_key, time_rounds, zipf_devices
-from privasr.corpus.records import NBest
 from privasr.results import write_results
 
 __all__ = ["run_demo", "systems_table"]
