@@ -61,9 +61,16 @@ def freeze_json(value: Any) -> Any:
     >>> thaw_json(v)
     {'a': [1, {'b': 2}]}
     """
-    if isinstance(value, Mapping):
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        if not math.isfinite(value):
+            raise InputError(f"meta holds {value!r}", expected="finite numbers only")
+        return value
+    if t is dict or isinstance(value, Mapping):
         return MappingProxyType({str(k): freeze_json(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
+    if t is list or t is tuple:
         return tuple(freeze_json(v) for v in value)
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"meta holds {value!r}", expected="finite numbers only")
@@ -86,10 +93,17 @@ def _check_words(words: Any, what: str) -> tuple[str, ...]:
         words = tuple(words)
     except TypeError:
         raise InputError(f"{what} must be a sequence of words", expected="a list of tokens") from None
+    # Fast path: strings whose single-space join splits back into exactly themselves are non-empty and
+    # free of whitespace; only a failing sequence is searched for the bad token.
+    try:
+        if " ".join(words).split() == list(words):
+            return words
+    except TypeError:
+        pass
     for w in words:
         if not isinstance(w, str) or not w or any(c.isspace() for c in w):
             raise InputError(f"{what} contains an invalid token {w!r}", expected="non-empty strings without spaces")
-    return words
+    return words  # pragma: no cover - the fast path accepts every valid sequence
 
 
 def _check_float(x: Any, what: str, *, allow_neg_inf: bool = False) -> float:

@@ -79,6 +79,8 @@ import numpy as np
 from privasr.corpus.phonetics import Confusions, load_cmudict, phone_distance
 from privasr.corpus.records import Hypothesis, NBest, Span, Transcript
 from privasr.errors import ConfigError
+from privasr.metrics.align import align
+from privasr.metrics.oracle import onebest_wer, oracle_wer
 
 __all__ = [
     "SynthConfig",
@@ -842,53 +844,19 @@ class _Decoder:
 
 # ------------------------------------------------------------------------------------------------- corpus
 
-def _edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, start=1):
-        cur = [i]
-        for j, h in enumerate(hyp, start=1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h)))
-        prev = cur
-    return prev[-1]
-
-
 def _correct_mask(ref: Sequence[str], hyp: Sequence[str]) -> list[bool]:
-    """For each reference word, whether a minimum-edit alignment matches it exactly."""
-    n, m = len(ref), len(hyp)
-    D = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        D[i][0] = i
-    for j in range(m + 1):
-        D[0][j] = j
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            D[i][j] = min(D[i - 1][j] + 1, D[i][j - 1] + 1, D[i - 1][j - 1] + (ref[i - 1] != hyp[j - 1]))
-    ok = [False] * n
-    i, j = n, m
-    while i > 0 and j > 0:
-        if ref[i - 1] == hyp[j - 1] and D[i][j] == D[i - 1][j - 1]:
-            ok[i - 1] = True
-            i, j = i - 1, j - 1
-        elif D[i][j] == D[i - 1][j - 1] + 1:
-            i, j = i - 1, j - 1
-        elif D[i][j] == D[i - 1][j] + 1:
-            i -= 1
-        else:
-            j -= 1
-    return ok
+    """For each reference word, whether the (sclite-style) minimum-edit alignment matches it exactly."""
+    return [op == "C" for op in align(ref, hyp).ops if op != "I"]
 
 
 def _measure(nbests: Sequence[NBest], personal: Mapping[str, frozenset[str]]) -> dict[str, Any]:
-    n_ref = err_1 = err_o = 0
     ent_n = ent_ok = bg_n = bg_ok = 0
+    one, orc = onebest_wer(nbests), oracle_wer(nbests)
+    n_ref = one.ref_words
     for nb in nbests:
         ref = nb.ref or ()
-        n_ref += len(ref)
-        hyps = [h.words for h in nb.hyps] or [()]
-        err_1 += _edit_distance(ref, hyps[0])
-        err_o += min(_edit_distance(ref, h) for h in hyps)
         mine = personal.get(nb.client or "", frozenset())
-        for w, ok in zip(ref, _correct_mask(ref, hyps[0]), strict=True):
+        for w, ok in zip(ref, _correct_mask(ref, nb.best.words), strict=True):
             if w in mine:
                 ent_n += 1
                 ent_ok += ok
@@ -898,8 +866,8 @@ def _measure(nbests: Sequence[NBest], personal: Mapping[str, frozenset[str]]) ->
     return {
         "utterances": len(nbests),
         "ref_words": n_ref,
-        "wer_1best": round(err_1 / max(1, n_ref), 4),
-        "wer_oracle": round(err_o / max(1, n_ref), 4),
+        "wer_1best": round(one.errors / max(1, n_ref), 4),
+        "wer_oracle": round(orc.errors / max(1, n_ref), 4),
         "personal_word_error": round(1 - ent_ok / ent_n, 4) if ent_n else None,
         "background_word_error": round(1 - bg_ok / bg_n, 4) if bg_n else None,
         "personal_words": ent_n,
