@@ -44,6 +44,7 @@ __all__ = [
     "Utterance",
     "freeze_json",
     "order_key",
+    "check_words",
     "thaw_json",
 ]
 
@@ -86,7 +87,16 @@ def thaw_json(value: Any) -> Any:
     return value
 
 
-def _check_words(words: Any, what: str) -> tuple[str, ...]:
+def check_words(words: Any, what: str) -> tuple[str, ...]:
+    """``words`` as a tuple of tokens: non-empty strings without whitespace, else :class:`InputError`.
+
+    >>> check_words(["a", "b"], "reference")
+    ('a', 'b')
+    >>> check_words("a b", "reference")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: reference must be a sequence of words, got a string (expected a list of tokens)
+    """
     if isinstance(words, str):
         raise InputError(f"{what} must be a sequence of words, got a string", expected="a list of tokens")
     try:
@@ -211,7 +221,7 @@ class Hypothesis:
     meta: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
-        words = _check_words(self.words, "hypothesis")
+        words = check_words(self.words, "hypothesis")
         object.__setattr__(self, "words", words)
         object.__setattr__(self, "scores", _check_scores(self.scores, "hypothesis"))
         object.__setattr__(self, "confidences", _check_confidences(self.confidences, len(words), "hypothesis"))
@@ -285,7 +295,7 @@ class NBest:
         _check_id(self.speaker, f"utterance {self.utt_id}: speaker")
         object.__setattr__(self, "order", _check_order(self.order))
         if self.ref is not None:
-            object.__setattr__(self, "ref", _check_words(self.ref, f"utterance {self.utt_id}: reference"))
+            object.__setattr__(self, "ref", check_words(self.ref, f"utterance {self.utt_id}: reference"))
         object.__setattr__(self, "meta", freeze_json(self.meta or {}))
 
     @property
@@ -337,7 +347,7 @@ class Transcript:
     def __post_init__(self) -> None:
         _check_id(self.utt_id, "utterance id", optional=False)
         what = f"transcript {self.utt_id}"
-        words = _check_words(self.words, what)
+        words = check_words(self.words, what)
         object.__setattr__(self, "words", words)
         object.__setattr__(self, "confidences", _check_confidences(self.confidences, len(words), what))
         object.__setattr__(self, "times", _check_times(self.times, len(words), what))

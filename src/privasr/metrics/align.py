@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privasr.corpus.records import check_words
 from privasr.errors import InputError
 
 __all__ = ["Alignment", "align", "align_many", "SCLITE_WEIGHTS"]
@@ -149,19 +150,6 @@ def _check_weights(weights: Sequence[int]) -> tuple[int, int, int]:
     return int(sub), int(ins), int(dele)
 
 
-def _check_seq(words: Sequence[str], what: str) -> tuple[str, ...]:
-    if isinstance(words, str):
-        raise InputError(f"{what} is a string", expected="a sequence of word tokens")
-    try:
-        t = tuple(words)
-    except TypeError:
-        raise InputError(f"{what} is not a sequence", expected="a sequence of word tokens") from None
-    for w in t:
-        if not isinstance(w, str):
-            raise InputError(f"{what} contains {w!r}", expected="str tokens")
-    return t
-
-
 def align(ref: Sequence[str], hyp: Sequence[str], *, weights: Sequence[int] = SCLITE_WEIGHTS) -> Alignment:
     """Align one reference with one hypothesis as sclite does.
 
@@ -194,8 +182,8 @@ def align_many(
     if len(refs) != len(hyps):
         raise InputError(f"{len(refs)} references but {len(hyps)} hypotheses", expected="one hypothesis per reference")
     sub_w, ins_w, del_w = _check_weights(weights)
-    R = [_check_seq(r, f"reference {k}") for k, r in enumerate(refs)]
-    H = [_check_seq(h, f"hypothesis {k}") for k, h in enumerate(hyps)]
+    R = [check_words(r, f"reference {k}") for k, r in enumerate(refs)]
+    H = [check_words(h, f"hypothesis {k}") for k, h in enumerate(hyps)]
     ops: list[str | None] = [None] * len(R)
     todo = []
     for k, (r, h) in enumerate(zip(R, H, strict=True)):

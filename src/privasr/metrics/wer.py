@@ -27,6 +27,7 @@ from typing import Any, Literal
 import jiwer
 import numpy as np
 
+from privasr.corpus.records import check_words
 from privasr.errors import InputError
 from privasr.metrics.align import Alignment, align_many
 
@@ -153,19 +154,6 @@ def wer_from_counts(
     )
 
 
-def _tokens(words: Sequence[str], what: str) -> tuple[str, ...]:
-    if isinstance(words, str):
-        raise InputError(f"{what} is a string", expected="a sequence of word tokens (split the text first)")
-    try:
-        t = tuple(words)
-    except TypeError:
-        raise InputError(f"{what} is not a sequence of words", expected="a sequence of word tokens") from None
-    for w in t:
-        if not isinstance(w, str) or not w or any(c.isspace() for c in w):
-            raise InputError(f"{what} contains the token {w!r}", expected="non-empty str tokens without whitespace")
-    return t
-
-
 def _chunks_from_ops(ops: str) -> list[Any]:
     names = {"C": "equal", "S": "substitute", "D": "delete", "I": "insert"}
     out: list[Any] = []
@@ -230,8 +218,8 @@ def wer(
     refs, hyps = list(refs), list(hyps)
     if len(refs) != len(hyps):
         raise InputError(f"{len(refs)} references but {len(hyps)} hypotheses", expected="one hypothesis per reference")
-    R = [_tokens(r, f"reference {k}") for k, r in enumerate(refs)]
-    H = [_tokens(h, f"hypothesis {k}") for k, h in enumerate(hyps)]
+    R = [check_words(r, f"reference {k}") for k, r in enumerate(refs)]
+    H = [check_words(h, f"hypothesis {k}") for k, h in enumerate(hyps)]
     if aligner == "sclite":
         return wer_from_alignments(align_many(R, H), return_alignments=return_alignments)
     if aligner != "jiwer":

@@ -18,12 +18,12 @@ import math
 import re
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from privasr.corpus.textio import PathLike
+from privasr.corpus.textio import PathLike, iter_lines
 from privasr.errors import InputError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "to_times",
     "check_keys",
     "check_finite",
+    "iter_json_records",
     "strip_compression",
     "is_tar",
     "iter_tar_texts",
@@ -168,6 +169,33 @@ def to_times(xs: Any, what: str) -> tuple[tuple[float, float], ...] | None:
             raise InputError(f"{what} entry {_short(t)} is not a pair", expected="[start, end] in seconds")
         out.append((to_float(t[0], what), to_float(t[1], what)))
     return tuple(out)
+
+
+def iter_json_records(path: PathLike, build: Callable[[Any], Any]) -> Iterator[Any]:
+    """Yield ``build(obj)`` for every JSON object line of a JSON Lines file (blank lines skipped).
+
+    Errors are located at the line; records must carry a ``utt_id``, unique in the file.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
+    >>> _ = p.write_text('{"utt_id": "a"}\\n{"utt_id": "a"}\\n')
+    >>> from types import SimpleNamespace
+    >>> list(iter_json_records(p, lambda o: SimpleNamespace(**o)))
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: ...x.jsonl:2: duplicate utterance id 'a' (first on line 1) (expected unique utterance ids)
+    """
+    seen: dict[str, int] = {}
+    for n, line in iter_lines(path):
+        if not line.strip():
+            continue
+        with located(path, n):
+            rec = build(loads_json(line))
+            if rec.utt_id in seen:
+                raise InputError(f"duplicate utterance id {rec.utt_id!r} (first on line {seen[rec.utt_id]})",
+                                 expected="unique utterance ids")
+        seen[rec.utt_id] = n
+        yield rec
 
 
 def check_finite(v: Any, what: str) -> None:

@@ -34,12 +34,11 @@ from typing import Any
 
 from privasr.corpus.formats._common import (
     check_finite,
-    loads_json,
-    located,
+    iter_json_records,
     to_float,
 )
 from privasr.corpus.records import Hypothesis, NBest
-from privasr.corpus.textio import PathLike, iter_lines
+from privasr.corpus.textio import PathLike
 from privasr.errors import InputError
 
 __all__ = ["read_ami_tts", "iter_ami_tts", "looks_like_ami_tts", "REQUIRED_KEYS", "HYP_KEYS"]
@@ -127,17 +126,7 @@ def iter_ami_tts(path: PathLike) -> Iterator[NBest]:
     ...
     privasr.errors.InputError: ...bad.jsonl:1: hypothesis 0 has n_words 3 but 2 words (expected n_words == len(words))
     """
-    seen: dict[str, int] = {}
-    for n, line in iter_lines(path):
-        if not line.strip():
-            continue
-        with located(path, n):
-            rec = _record(loads_json(line))
-            if rec.utt_id in seen:
-                raise InputError(f"duplicate utterance id {rec.utt_id!r} (first on line {seen[rec.utt_id]})",
-                                 expected="unique utterance ids")
-        seen[rec.utt_id] = n
-        yield rec
+    yield from iter_json_records(path, _record)
 
 
 def read_ami_tts(path: PathLike) -> list[NBest]:

@@ -41,14 +41,13 @@ from privasr.corpus.formats._common import (
     NEG_INF,
     check_finite,
     check_keys,
-    loads_json,
-    located,
+    iter_json_records,
     to_float,
     to_floats,
     to_times,
 )
 from privasr.corpus.records import Hypothesis, NBest, Span, Transcript, thaw_json
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, open_write_text
 from privasr.errors import InputError
 
 __all__ = [
@@ -170,20 +169,6 @@ def transcript_from_json(obj: Any) -> Transcript:
     )
 
 
-def _iter_json_lines(path: PathLike, build: Any) -> Iterator[Any]:
-    seen: dict[str, int] = {}
-    for n, line in iter_lines(path):
-        if not line.strip():
-            continue
-        with located(path, n):
-            rec = build(loads_json(line))
-            if rec.utt_id in seen:
-                raise InputError(f"duplicate utterance id {rec.utt_id!r} (first on line {seen[rec.utt_id]})",
-                                 expected="unique utterance ids")
-        seen[rec.utt_id] = n
-        yield rec
-
-
 def iter_nbest(path: PathLike) -> Iterator[NBest]:
     """Yield the N-best lists of a canonical N-best JSON Lines file (``.gz``/``.xz``/``.bz2`` allowed).
 
@@ -193,7 +178,7 @@ def iter_nbest(path: PathLike) -> Iterator[NBest]:
     >>> [(r.utt_id, len(r)) for r in iter_nbest(p)]
     [('a', 0), ('b', 1)]
     """
-    return _iter_json_lines(path, nbest_from_json)
+    return iter_json_records(path, nbest_from_json)
 
 
 def read_nbest(path: PathLike) -> list[NBest]:
@@ -219,7 +204,7 @@ def iter_transcripts(path: PathLike) -> Iterator[Transcript]:
     >>> [(t.utt_id, t.words, t.client) for t in iter_transcripts(p)]
     [('a', ('hello', 'there'), 'c')]
     """
-    return _iter_json_lines(path, transcript_from_json)
+    return iter_json_records(path, transcript_from_json)
 
 
 def read_transcripts(path: PathLike) -> list[Transcript]:
