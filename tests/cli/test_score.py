@@ -105,3 +105,17 @@ def test_compare_golden_pair(golden, tmp_path):
     m = json.loads((out / "results.json").read_text())["metrics"]
     assert round(m["mapsswe_z"], 3) == -40.537 and m["mapsswe_n"] == 3542 and m["mapsswe_better"] == "A"
     assert m["counts_a"]["errors"] == 1920 and m["counts_b"]["errors"] == 3868
+
+
+def test_normalize_option(tmp_path, capsys):
+    ref = tmp_path / "ref.txt"
+    hyp = tmp_path / "hyp.txt"
+    ref.write_text("u1 We 're going , um , home\n")
+    hyp.write_text("u1 we're going home\n")
+    js = tmp_path / "w.json"
+    assert main(["score", "wer", str(ref), str(hyp), "--json", str(js)]) == 0
+    raw = json.loads(js.read_text())["metrics"]["wer"]
+    assert main(["score", "wer", str(ref), str(hyp), "--json", str(js), "--normalize", "wer"]) == 0
+    assert json.loads(js.read_text())["metrics"]["wer"] == 0.0 < raw
+    assert main(["score", "wer", str(ref), str(hyp), "--normalize", "bogus"]) == 2
+    assert "unknown normaliser preset" in capsys.readouterr().err

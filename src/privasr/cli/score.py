@@ -41,6 +41,22 @@ def detect_format(path: Path) -> str:
     return "trn" if seen else "kaldi"
 
 
+_NORM_HELP = ("Normaliser applied to references and hypotheses before scoring: a preset (none, asr, wer, ami) "
+              "with optional overrides, e.g. 'wer,fillers=keep' (see privasr.text.normalize).")
+
+
+def normalized(transcripts: list[Transcript], spec: str) -> list[Transcript]:
+    """The transcripts with their words normalised by the ``spec`` normaliser (``none`` returns them as they are)."""
+    from dataclasses import replace
+
+    from privasr.text.normalize import Normalizer
+
+    if spec == "none":
+        return transcripts
+    norm = Normalizer.from_spec(spec)
+    return [replace(t, words=norm(t.words), confidences=None, times=None, entities=()) for t in transcripts]
+
+
 def read_transcripts(path: Path, fmt: str = "auto") -> list[Transcript]:
     """Read a trn or Kaldi text file (``fmt``: auto, trn or kaldi)."""
     from privasr.corpus.formats.kaldi_text import read_kaldi_text
@@ -91,6 +107,7 @@ def wer_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
     aligner: Annotated[str, typer.Option("--aligner", help="'sclite' (NIST sclite's weighted alignment: sub 4, "
                                          "ins 3, del 3; its Corr/Sub/Del/Ins) or 'jiwer' (plain Levenshtein).")] = "sclite",
+    normalize: Annotated[str, typer.Option("--normalize", help=_NORM_HELP)] = "none",
 ) -> None:
     """Word error rate of HYP against REF, utterances matched by id.
 
@@ -100,8 +117,8 @@ def wer_cmd(
 
     if aligner not in ("sclite", "jiwer"):
         raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
-    refs = read_transcripts(ref, fmt)
-    hyps = match_ids(refs, read_transcripts(hyp, fmt), ref, hyp)
+    refs = normalized(read_transcripts(ref, fmt), normalize)
+    hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize), ref, hyp)
     r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner)  # type: ignore[arg-type]
     n = r.ref_words
     table = Table(title=f"WER of {hyp.name} against {ref.name} ({aligner} alignment)")
@@ -124,7 +141,8 @@ def wer_cmd(
     if json_out is not None:
         from privasr import __version__
 
-        _write_json(json_out, {"config": {"ref": str(ref), "hyp": str(hyp), "format": fmt, "aligner": aligner},
+        _write_json(json_out, {"config": {"ref": str(ref), "hyp": str(hyp), "format": fmt, "aligner": aligner,
+                                           "normalize": normalize},
                                "version": __version__, "metrics": r.as_dict()})
 
 
@@ -141,6 +159,7 @@ def compare_cmd(
                                               "systems that bound a segment (sc_stats default 2).")] = 2,
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the MAPSSWE decision.")] = 0.05,
     fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
+    normalize: Annotated[str, typer.Option("--normalize", help=_NORM_HELP)] = "none",
 ) -> None:
     """Compare systems A and B on the same utterances (matched by id).
 
@@ -161,9 +180,9 @@ def compare_cmd(
         raise InputError(f"--min-boundary is {min_boundary}", expected="an integer >= 1")
     if not 0 < alpha < 1:
         raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
-    refs = read_transcripts(ref, fmt)
-    a = match_ids(refs, read_transcripts(hyp_a, fmt), ref, hyp_a)
-    b = match_ids(refs, read_transcripts(hyp_b, fmt), ref, hyp_b)
+    refs = normalized(read_transcripts(ref, fmt), normalize)
+    a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize), ref, hyp_a)
+    b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize), ref, hyp_b)
     rw = [t.words for t in refs]
     ali_a = align_many(rw, [t.words for t in a])
     ali_b = align_many(rw, [t.words for t in b])
@@ -191,7 +210,7 @@ def compare_cmd(
     table.add_row("P(A better) over resamples", f"{bs.prob_a_better:.3f}")
     out_console.print(table)
     if out is not None:
-        config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite",
+        config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite", "normalize": normalize,
                   "min_boundary": min_boundary, "alpha": alpha, "resamples": resamples, "confidence": confidence}
         metrics = {
             "utterances": len(refs),
