@@ -43,10 +43,12 @@ def _root(
 
 
 def _register() -> None:
-    from privasr.cli import bench, data, demo, score
+    from privasr.cli import bench, data, demo, lm, rescore, score
 
     app.add_typer(data.app, name="data")
     app.add_typer(score.app, name="score")
+    app.add_typer(lm.app, name="lm")
+    app.add_typer(rescore.app, name="rescore")
     app.command("demo")(demo.demo)
     app.command("bench")(bench.bench)
 
