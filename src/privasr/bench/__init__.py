@@ -21,6 +21,8 @@ BENCHMARKS: dict[str, str] = {
     "readers": "privasr.bench.readers:run",
     "metrics": "privasr.bench.metrics:run",
     "synth": "privasr.bench.synth:run",
+    "ngram": "privasr.bench.ngram:run",
+    "rescore": "privasr.bench.rescore:run",
 }
 
 

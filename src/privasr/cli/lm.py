@@ -1,6 +1,171 @@
-"""``privasr lm``: train, score and adapt language models."""
+"""``privasr lm``: train, score and adapt language models.
+
+* ``privasr lm train-ngram --text FILE --order N --arpa OUT``: interpolated modified Kneser-Ney exactly as KenLM
+  ``lmplz -o N`` estimates it (plus ``--prune`` and ``--vocab``);
+* ``privasr lm ppl --lm ARPA --text FILE``: SRILM-style perplexity (``ngram -ppl``), with KenLM's "perplexity
+  including OOVs" in ``--json``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+
+from privasr.errors import InputError
+
+__all__ = ["app", "parse_prune", "read_vocab"]
 
 app = typer.Typer(help="Train, score and adapt language models (ARPA n-grams, class LMs, interpolation, FMA).",
                   no_args_is_help=True)
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+def parse_prune(text: str | None) -> list[int] | None:
+    """``--prune`` thresholds: integers separated by commas or spaces (``"0 0 1"``, ``"0,1"``).
+
+    >>> parse_prune("0 0,1"), parse_prune(None)
+    ([0, 0, 1], None)
+    """
+    if text is None or not text.strip():
+        return None
+    try:
+        return [int(x) for x in re.split(r"[,\s]+", text.strip()) if x]
+    except ValueError:
+        raise InputError(f"--prune {text!r}", expected="integers like '0 0 1' (one threshold per order)") from None
+
+
+def read_vocab(path: Path) -> list[str]:
+    """Words of a vocabulary file, separated by any whitespace (lmplz ``--limit_vocab_file`` style)."""
+    from privasr.corpus.textio import iter_lines
+
+    words: list[str] = []
+    for _, line in iter_lines(path):
+        words.extend(line.split())
+    if not words:
+        raise InputError("the vocabulary file has no words", path=path, expected="whitespace-separated words")
+    return words
+
+
+def _read_text(path: Path, what: str) -> list[list[str]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from privasr.lm.ngram.counts import read_sentences
+
+    sents: list[list[str]] = []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task(f"reading {what}", total=None)
+        for k, s in enumerate(read_sentences(path), 1):
+            sents.append(s)
+            if k % 20000 == 0:
+                progress.update(task, completed=k)
+    return sents
+
+
+@app.command("train-ngram")
+def train_ngram(
+    text: Annotated[Path, typer.Option("--text", help="Training text: one sentence per line, whitespace tokens "
+                                       "(.gz/.xz/.bz2 read transparently).")],
+    arpa: Annotated[Path, typer.Option("--arpa", help="Output ARPA file (compressed by suffix).")],
+    order: Annotated[int, typer.Option("--order", "-o", help="N-gram order (1-6).")] = 3,
+    prune: Annotated[str | None, typer.Option(
+        "--prune", help="lmplz-style count thresholds per order, e.g. '0 0 1' drops trigrams (and up) seen once; "
+        "first must be 0, non-decreasing, the last repeats.")] = None,
+    vocab: Annotated[Path | None, typer.Option(
+        "--vocab", help="Vocabulary file (whitespace-separated words): other words are trained as <unk>.")] = None,
+    interpolate_unigrams: Annotated[bool, typer.Option(
+        "--interpolate-unigrams/--no-interpolate-unigrams",
+        help="Interpolate unigrams with the uniform distribution (lmplz default) or give that mass to <unk>.")] = True,
+    discount_fallback: Annotated[bool, typer.Option(
+        "--discount-fallback", help="Use D=0.5,1,1.5 where the closed-form discounts fail (lmplz option).")] = False,
+) -> None:
+    """Train an interpolated modified Kneser-Ney n-gram model, reproducing KenLM lmplz."""
+    from privasr.lm.ngram.arpa import write_arpa
+    from privasr.lm.ngram.mkn import estimate_mkn
+
+    if not 1 <= order <= 6:
+        raise InputError(f"--order {order}", expected="an order from 1 to 6")
+    thresholds = parse_prune(prune)
+    words = read_vocab(vocab) if vocab is not None else None
+    t0 = time.perf_counter()
+    sents = _read_text(text, str(text))
+    t1 = time.perf_counter()
+    with err_console.status(f"estimating the {order}-gram model"):
+        res = estimate_mkn(sents, order, vocab=words, prune=thresholds,
+                           discount_fallback=(0.5, 1.0, 1.5) if discount_fallback else None,
+                           interpolate_unigrams=interpolate_unigrams)
+    t2 = time.perf_counter()
+    del sents
+    with err_console.status(f"writing {arpa}"):
+        write_arpa(res.model, arpa)
+    t3 = time.perf_counter()
+    err_console.print(f"Unigram tokens {res.tokens} types {len(res.model.vocab)}", highlight=False)
+    err_console.print("Statistics:", highlight=False)
+    for n, (cnt, d) in enumerate(zip(res.ngram_counts, res.discounts, strict=True), 1):
+        kept = res.model.num_ngrams(n)
+        pruned = f"/{kept}" if kept != cnt else ""
+        err_console.print(f"{n} {cnt}{pruned} D1={d[0]:g} D2={d[1]:g} D3+={d[2]:g}", highlight=False)
+    err_console.print(f"read {t1 - t0:.2f}s, estimate {t2 - t1:.2f}s, write {t3 - t2:.2f}s -> {arpa}",
+                      highlight=False)
+
+
+@app.command("ppl")
+def ppl(
+    lm: Annotated[Path, typer.Option("--lm", help="ARPA language model (.gz/.xz/.bz2 allowed).")],
+    text: Annotated[Path, typer.Option("--text", help="Text to score: one sentence per line.")],
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Also write the figures (SRILM's and KenLM's 'ppl incl. OOV') to this JSON file.")] = None,
+) -> None:
+    """Perplexity of a text under an ARPA model, printed like SRILM's ngram -ppl.
+
+    OOV words are left out of SRILM's figures; KenLM query's perplexity, which scores them as <unk>, is in the
+    JSON as ppl_incl_oov.
+    """
+    from privasr.lm.base import perplexity_stats
+    from privasr.lm.ngram.arpa import read_arpa
+    from privasr.metrics.perplexity import format_ppl
+
+    with err_console.status(f"reading {lm}"):
+        model = read_arpa(lm)
+    sents = _read_text(text, str(text))
+    stats = None
+    total_incl = 0.0
+    tokens = 0
+    with err_console.status("scoring"):
+        for lo in range(0, len(sents), 5000):
+            scores = model.score_batch(sents[lo:lo + 5000])
+            part = perplexity_stats(scores)
+            stats = part if stats is None else stats + part
+            total_incl += sum(s.total() for s in scores)
+            tokens += sum(len(s.tokens) for s in scores)
+    if stats is None:
+        raise InputError("the text has no lines", path=text, expected="one sentence per line")
+    out_console.print(format_ppl(stats, str(text)), highlight=False, soft_wrap=True)
+    if json_out is not None:
+        from privasr.results import write_results
+
+        ppl_incl = 10.0 ** (-total_incl / tokens) if tokens else math.nan
+        metrics: dict[str, Any] = {
+            "sentences": stats.sentences, "words": stats.words, "oovs": stats.oovs, "zeroprobs": stats.zeroprobs,
+            "logprob": stats.logprob, "ppl": stats.ppl, "ppl1": stats.ppl1,
+            "logprob_incl_oov": total_incl, "tokens_incl_eos": tokens, "ppl_incl_oov": ppl_incl,
+        }
+        write_results(json_out.parent, filename=json_out.name, seed=None, metrics=metrics,
+                      config={"command": "lm ppl", "lm": str(lm), "text": str(text), "order": model.order},
+                      data={"lm": lm, "text": text})
+
+
+def _register_adaptation() -> None:
+    from privasr.cli import lm_adapt
+
+    lm_adapt.register(app)
+
+
+_register_adaptation()

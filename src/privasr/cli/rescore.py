@@ -1,6 +1,106 @@
-"""``privasr rescore``: N-best rescoring with weights tuned on a dev set."""
+"""``privasr rescore``: N-best rescoring with weights tuned on a dev set.
+
+``privasr rescore run --config FILE [--set key=value ...] --out DIR`` runs a config
+(:mod:`privasr.rescore.run`); ``privasr rescore run --nbest TEST --dev DEV --lm ARPA --out DIR`` builds the
+same config from flags for quick ad-hoc use (flags and ``--set`` also override a config file's values).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+
+from privasr.errors import ConfigError
+
+__all__ = ["app", "run", "flags_to_overrides"]
 
 app = typer.Typer(help="Rescore N-best lists with language models; tune weights on dev, report test WER.",
                   no_args_is_help=True)
+
+
+def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], prior: str | None,
+                       mode: str | None, first_pass_lm: bool | None, method: str | None,
+                       fmt: str | None) -> dict[str, Any]:
+    """Dotted config overrides from the ad-hoc flags (``--lm`` is ``PATH`` or ``NAME=PATH``).
+
+    >>> flags_to_overrides(Path("t.jsonl"), None, ["x.arpa", "big=y.arpa"], "rank", None, False, None, None)
+    {'data.test': 't.jsonl', 'lms.x': 'x.arpa', 'lms.big': 'y.arpa', 'combine.prior': 'rank', 'combine.first_pass_lm': False}
+    """
+    out: dict[str, Any] = {}
+    if nbest is not None:
+        out["data.test"] = str(nbest)
+    if dev is not None:
+        out["data.dev"] = str(dev)
+    if fmt is not None:
+        out["data.format"] = fmt
+    for i, item in enumerate(lms):
+        if "=" in item:
+            name, path = item.split("=", 1)
+        else:
+            path = item
+            name = Path(item).name.split(".")[0] or f"lm{i + 1}"
+            if not name[:1].isalpha():
+                name = f"lm{i + 1}_{name}"
+        if f"lms.{name}" in out:
+            raise ConfigError(f"two --lm flags give the name {name!r}", expected="NAME=PATH to tell them apart")
+        out[f"lms.{name}"] = path
+    if prior is not None:
+        out["combine.prior"] = prior
+    if mode is not None:
+        out["combine.mode"] = mode
+    if first_pass_lm is not None:
+        out["combine.first_pass_lm"] = first_pass_lm
+    if method is not None:
+        out["search.method"] = method
+    return out
+
+
+def _command_line() -> list[str] | None:
+    """The command line when run as ``privasr`` / ``python -m privasr`` (not when called from Python)."""
+    if sys.argv and Path(sys.argv[0]).name in ("privasr", "__main__.py"):
+        return ["privasr", *sys.argv[1:]]
+    return None
+
+
+@app.command("run")
+def run(
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, rescored test N-best."),
+    config: Path | None = typer.Option(None, "--config", help="YAML config (see privasr.rescore.run)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set search.method=grid "
+                                                          "(dotted keys, YAML values; repeatable)."),
+    nbest: Path | None = typer.Option(None, "--nbest", help="Test N-best set to rescore (data.test)."),
+    dev: Path | None = typer.Option(None, "--dev", help="Dev N-best set for tuning the weights (data.dev)."),
+    lm: list[str] = typer.Option([], "--lm", help="New LM as an ARPA file, PATH or NAME=PATH (repeatable)."),
+    prior: str | None = typer.Option(None, "--prior", help="am, rank (rank-only lists), uniform or total."),
+    mode: str | None = typer.Option(None, "--mode", help="LM combination: loglinear or linear."),
+    first_pass_lm: bool | None = typer.Option(None, "--first-pass-lm/--no-first-pass-lm",
+                                              help="Keep the first-pass LM score in the combination."),
+    method: str | None = typer.Option(None, "--method", help="Weight search: coordinate, grid or fixed."),
+    fmt: str | None = typer.Option(None, "--format", help="Reader format of the N-best files (default: detected)."),
+) -> None:
+    """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI."""
+    from privasr.cli.data import parse_overrides
+    from privasr.rescore.run import apply_overrides, load_config, read_config, run_rescore
+
+    if config is None and nbest is None:
+        raise ConfigError("give --config FILE or --nbest TEST (with --dev DEV and --lm ARPA)")
+    raw: dict[str, Any] = read_config(config) if config is not None else {}
+    if config is None:
+        raw.setdefault("name", f"ad hoc: {nbest}")
+    flags = flags_to_overrides(nbest, dev, lm, prior, mode, first_pass_lm, method, fmt)
+    raw = apply_overrides(raw, {**flags, **parse_overrides(overrides)})
+    cfg = load_config(raw)
+    console = Console(stderr=True)
+    with console.status(f"rescoring ({cfg.name})"):
+        metrics = run_rescore(cfg, out, argv=_command_line())
+    con = Console()
+    if metrics.get("wer") is not None:
+        con.print(f"test WER {100 * metrics['wer']:.2f}% (first pass {100 * metrics['wer_baseline']:.2f}%, "
+                  f"relative {100 * metrics['wer_rel_change']:+.2f}%, MAPSSWE p = {metrics['mapsswe_p']:.3g})")
+    else:
+        con.print("test set without references: rescored lists written, no WER")
+    con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

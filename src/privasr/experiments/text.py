@@ -1,0 +1,221 @@
+"""Language-model training text built from the shared corpora, tokenised like the hypotheses it will score.
+
+Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may use):
+
+* ``ami-train`` (and ``ami-dev``, ``ami-test``): the AMI HMNet transcripts of that split
+  (``ami-transcripts/AMI_proprec/<split>``), every non-empty turn normalised with the ``ami``
+  :class:`~privasr.text.normalize.Normalizer` preset and the CMU vocabulary, i.e. exactly as the
+  references (and the first-pass LM text) of the ``ami-tts-nbest*`` sets: one turn per sentence, any
+  length. Train gives 27,927 non-empty turns, 392,874 tokens.
+* ``gutenberg``: the 17 NLTK Gutenberg books (``gutenberg/gutenberg17_tokenized.tar.xz``) normalised as
+  ``../shared/golden/kenlm-mkn/README.md`` ("Gutenberg timing anchors") describes -- books in file-name
+  order, the title line dropped, every line lowercased and split on whitespace, tokens without a letter or
+  digit dropped, a line kept if anything is left -- and then, so that the tokens match LibriSpeech /
+  Whisper hypotheses (lowercase, no punctuation, apostrophes kept: ``there's``, ``don't``), made
+  ASR-like: split clitics re-attached (``alice 's`` -> ``alice's``, ``do n't`` -> ``don't``), characters
+  other than letters, digits and apostrophes turned into word breaks (``to-day`` -> ``to day``),
+  apostrophes at either end of a word (quotes) removed unless the token is a clitic, and the spoken forms
+  LibriSpeech transcripts use for what the tokeniser split or abbreviated: ``mr`` -> ``mister``, ``mrs`` ->
+  ``missus``, ``dr`` -> ``doctor``, ``can not`` -> ``cannot`` (:data:`SPOKEN_FORMS`). ``gutenberg-raw``
+  stops after the README's rules (it reproduces the anchor text: 66,345 lines, 1,336,275 tokens, the
+  README's md5); ``gutenberg`` keeps the same 66,345 lines with 1,331,654 tokens. The books' lines are
+  already (nearly) one sentence each, so they are used as sentences.
+* any other string: a text file (``.gz``/``.xz`` allowed), one sentence per line, whitespace tokens,
+  optionally normalised with a normaliser spec.
+
+>>> sorted(TEXT_SOURCES)
+['ami-dev', 'ami-test', 'ami-train', 'gutenberg', 'gutenberg-raw']
+>>> asr_tokens(["`", "Alice", "'s", "daisy-chain", "''I'", "do", "n't", "'twas", "."])
+["alice's", 'daisy', 'chain', 'i', "don't", 'twas']
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from privasr.corpus.textio import PathLike, iter_lines
+from privasr.errors import ConfigError, InputError
+from privasr.paths import data_dir
+from privasr.text.normalize import CLITICS, Normalizer
+
+__all__ = [
+    "TEXT_SOURCES",
+    "ami_sentences",
+    "gutenberg_sentences",
+    "asr_tokens",
+    "SPOKEN_FORMS",
+    "file_sentences",
+    "load_text",
+    "require_data_dir",
+]
+
+_BREAK = re.compile(r"[^\w']+", re.UNICODE)
+_CLITIC_SET = frozenset(CLITICS)
+
+SPOKEN_FORMS: dict[str, str] = {"mr": "mister", "mrs": "missus", "dr": "doctor"}
+"""Abbreviations written out as LibriSpeech transcripts (and Whisper's normalised output) spell them."""
+
+
+def require_data_dir(data: PathLike | None = None) -> Path:
+    """``data`` or the shared data folder (:func:`privasr.paths.data_dir`); :class:`ConfigError` if absent."""
+    if data is not None:
+        p = Path(data)
+        if not p.is_dir():
+            raise ConfigError("the data folder does not exist", path=p)
+        return p
+    d = data_dir()
+    if d is None:
+        raise ConfigError("the shared data folder is not available", expected="../shared/data or $PRIVASR_DATA")
+    return d
+
+
+def ami_sentences(split: str = "train", data: PathLike | None = None) -> list[tuple[str, ...]]:
+    """The AMI transcripts of ``split`` normalised like the AMI N-best references, one turn per sentence.
+
+    Turns that normalise to nothing are left out. ``data`` defaults to the shared data folder.
+    """
+    from privasr.corpus.formats.ami_hmnet import read_ami_hmnet
+    from privasr.corpus.phonetics import load_cmudict
+
+    if split not in ("train", "dev", "test"):
+        raise ConfigError(f"AMI split {split!r} is not valid", expected="train, dev or test")
+    folder = require_data_dir(data) / "ami-transcripts" / "AMI_proprec" / split
+    if not folder.is_dir():
+        raise ConfigError("AMI transcripts not found", path=folder)
+    norm = Normalizer.preset("ami", vocabulary=frozenset(load_cmudict()))
+    out = []
+    for t in read_ami_hmnet(folder):
+        words = norm(t.words)
+        if words:
+            out.append(words)
+    return out
+
+
+def asr_tokens(tokens: Sequence[str]) -> list[str]:
+    """Tokenised book text -> ASR-style tokens (see the module docstring's ``gutenberg`` rules).
+
+    >>> asr_tokens(["Do", "n't", "--", "o'", "clock", "'S", "Mr.", "Smith", "can", "not"])
+    ["don't", 'o', "clock's", 'mister', 'smith', 'cannot']
+    """
+    out: list[str] = []
+    for raw in tokens:
+        low = raw.lower()
+        if not any(c.isalnum() for c in low):
+            continue
+        if low in _CLITIC_SET:
+            if out:
+                out[-1] += low
+            else:
+                out.append(low)
+            continue
+        for part in _BREAK.split(low.replace("_", " ")):
+            part = part.strip("'")
+            if part and any(c.isalnum() for c in part):
+                if part == "not" and out and out[-1] == "can":
+                    out[-1] = "cannot"
+                else:
+                    out.append(SPOKEN_FORMS.get(part, part))
+    return out
+
+
+def _books(path: Path) -> Iterator[tuple[str, list[str]]]:
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".txt")),
+                             key=lambda m: Path(m.name).name)
+            for m in members:
+                f = tar.extractfile(m)
+                if f is None:  # pragma: no cover - regular files always extract
+                    continue
+                try:
+                    text = f.read().decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{m.name} is not UTF-8: {e}", path=path) from None
+                yield Path(m.name).name, text.split("\n")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise InputError(f"cannot read the archive: {e}", path=path) from None
+
+
+def gutenberg_sentences(data: PathLike | None = None, *, style: str = "asr") -> list[tuple[str, ...]]:
+    """The Gutenberg books as LM sentences (``style``: ``asr`` or ``raw``; see the module docstring)."""
+    if style not in ("asr", "raw"):
+        raise ConfigError(f"gutenberg style {style!r} is not valid", expected="asr or raw")
+    path = require_data_dir(data) / "gutenberg" / "gutenberg17_tokenized.tar.xz"
+    if not path.is_file():
+        raise ConfigError("Gutenberg archive not found", path=path)
+    out: list[tuple[str, ...]] = []
+    for _, lines in _books(path):
+        for line in lines[1:]:
+            toks = line.split()
+            if style == "raw":
+                words = [t.lower() for t in toks if any(c.isalnum() for c in t.lower())]
+            else:
+                words = asr_tokens(toks)
+            if words:
+                out.append(tuple(words))
+    return out
+
+
+def file_sentences(path: PathLike, normalize: Any = None) -> list[tuple[str, ...]]:
+    """Sentences of a text file (one per line, whitespace tokens), optionally normalised; blank lines skipped.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.txt"
+    >>> _ = p.write_text("We 're here .\\n\\nok\\n")
+    >>> file_sentences(p, "asr")
+    [("we're", 'here'), ('ok',)]
+    """
+    norm = None if normalize in (None, "none") else Normalizer.from_spec(normalize)
+    out = []
+    for _, line in iter_lines(path):
+        words = tuple(line.split())
+        if norm is not None:
+            words = norm(words)
+        if words:
+            out.append(words)
+    return out
+
+
+TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
+    "ami-train": lambda data=None, **kw: ami_sentences("train", data, **kw),
+    "ami-dev": lambda data=None, **kw: ami_sentences("dev", data, **kw),
+    "ami-test": lambda data=None, **kw: ami_sentences("test", data, **kw),
+    "gutenberg": lambda data=None, **kw: gutenberg_sentences(data, style="asr", **kw),
+    "gutenberg-raw": lambda data=None, **kw: gutenberg_sentences(data, style="raw", **kw),
+}
+"""Named text sources -> function ``(data=None, **options) -> sentences``."""
+
+_SOURCE_OPTIONS: dict[str, frozenset[str]] = {
+    "ami-train": frozenset(), "ami-dev": frozenset(), "ami-test": frozenset(),
+    "gutenberg": frozenset(), "gutenberg-raw": frozenset(),
+}
+
+
+def load_text(source: str | PathLike, *, data: PathLike | None = None, normalize: Any = None,
+              **options: Any) -> list[tuple[str, ...]]:
+    """Sentences of a named source (:data:`TEXT_SOURCES`) or of a text file.
+
+    >>> load_text("gutenberg", colour="red")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: text source 'gutenberg' has no option(s) ['colour'] (expected some of [])
+    """
+    if isinstance(source, str) and source in TEXT_SOURCES:
+        allowed = _SOURCE_OPTIONS[source]
+        bad = sorted(set(options) - allowed)
+        if bad:
+            raise ConfigError(f"text source {source!r} has no option(s) {bad}", expected=f"some of {sorted(allowed)}")
+        if normalize not in (None, "none"):
+            raise ConfigError(f"text source {source!r} is normalised already", expected="no normalize option")
+        return TEXT_SOURCES[source](data, **options)
+    if options:
+        raise ConfigError(f"a text file takes no option(s) {sorted(options)}", expected="only normalize")
+    p = Path(source)
+    if not p.is_file():
+        raise ConfigError("no such text file", path=p,
+                          expected=f"a text file or one of the sources {sorted(TEXT_SOURCES)}")
+    return file_sentences(p, normalize)

@@ -1,0 +1,26 @@
+"""N-best rescoring: score combination (:mod:`~privasr.rescore.combine`), weight search on a dev set
+(:mod:`~privasr.rescore.search`) and the configured runner behind ``privasr rescore run``
+(:mod:`~privasr.rescore.run`)."""
+
+from privasr.rescore.combine import (
+    Combination,
+    LMScoreCache,
+    ScoreTable,
+    rerank,
+    rescore,
+    score_table,
+    select,
+)
+from privasr.rescore.search import (
+    DevObjective,
+    SearchResult,
+    SearchSpace,
+    coordinate_descent,
+    grid_search,
+    tune,
+)
+
+__all__ = [
+    "Combination", "LMScoreCache", "ScoreTable", "rerank", "rescore", "score_table", "select",
+    "DevObjective", "SearchResult", "SearchSpace", "coordinate_descent", "grid_search", "tune",
+]

@@ -1,0 +1,62 @@
+"""End-to-end checks on the real data in ../shared (skipped cleanly without it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from privasr.cli import main
+from privasr.corpus.load import load_path
+from privasr.experiments.text import ami_sentences, gutenberg_sentences
+from privasr.rescore.run import apply_overrides, load_config, read_config
+
+pytestmark = pytest.mark.shared
+
+REPO_CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_ami_text_matches_the_nbest_references(shared_data):
+    """The LM text uses the references' normalisation: every AMI dev reference is a normalised dev turn."""
+    dev_turns = set(ami_sentences("dev", shared_data))
+    refs = [nb.ref for nb in load_path(shared_data / "ami-tts-nbest" / "dev.jsonl.xz")[0].records]
+    assert all(r in dev_turns for r in refs)
+    train = ami_sentences("train", shared_data)
+    assert len(train) == 27_927 and sum(map(len, train)) == 392_874
+
+
+def test_gutenberg_raw_reproduces_the_golden_anchor_text(shared_data):
+    sents = gutenberg_sentences(shared_data, style="raw")
+    text = "".join(" ".join(s) + "\n" for s in sents)
+    assert (len(sents), sum(map(len, sents))) == (66_345, 1_336_275)
+    assert hashlib.md5(text.encode()).hexdigest() == "04259d64f4917f0130ae136d914eb740"
+    asr = gutenberg_sentences(shared_data)
+    assert all("'" not in w or w.count("'") == 1 for s in asr[:2000] for w in s)
+    assert not any(w in ("mr", "mrs") for s in asr for w in s)
+
+
+def test_configs_validate(shared_data):
+    for name in ("rescore-ami-ngram", "rescore-ami-indomain-ngram", "rescore-librispeech-ngram"):
+        load_config(read_config(REPO_CONFIGS / f"{name}.yaml"))
+
+
+def test_ami_rescoring_end_to_end(shared_data, tmp_path):
+    """configs/rescore-ami-ngram.yaml: the AMI-train trigram gives at least 5% relative WER reduction on test."""
+    out = tmp_path / "ami"
+    assert main(["rescore", "run", "--config", str(REPO_CONFIGS / "rescore-ami-ngram.yaml"),
+                 "--set", "eval.bootstrap_resamples=200", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    m = res["metrics"]
+    assert m["wer_baseline"] == pytest.approx(0.5350, abs=5e-4)  # SOURCE.txt: 53.5%
+    assert m["wer_rel_change"] <= -0.05 and m["mapsswe_p"] < 1e-3 and m["bootstrap_ci_high"] < 0
+    assert m["dev_wer"] < m["dev_wer_baseline"] and m["wer_oracle"] < m["wer"]
+    assert (out / "lm" / "ami3.arpa").is_file() and res["lms"]["ami3"]["cached"] is False
+    # a second run reuses the cached LM and gives the same weights and WER
+    cfg = load_config(apply_overrides(read_config(REPO_CONFIGS / "rescore-ami-ngram.yaml"),
+                                      {"eval.bootstrap_resamples": 200, "eval.first_pass_retuned": False}))
+    from privasr.rescore.run import run_rescore
+
+    m2 = run_rescore(cfg, out)
+    assert m2["weights"] == m["weights"] and m2["wer"] == m["wer"]
+    assert json.loads((out / "results.json").read_text())["lms"]["ami3"]["cached"] is True
