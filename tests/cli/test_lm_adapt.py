@@ -8,9 +8,9 @@ import pytest
 from privasr.cli import lm as lm_cli
 from privasr.cli import lm_adapt, main
 from privasr.lm.base import perplexity_stats
-from privasr.lm.mix import NgramTables, synthetic_model
 from privasr.lm.ngram.arpa import read_arpa, write_arpa
 from privasr.lm.ngram.classes import read_classes
+from privasr.lm.ngram.tables import NgramTables, synthetic_model
 
 if not any(c.name == "train-class" for c in lm_cli.app.registered_commands):
     lm_adapt.register(lm_cli.app)  # until privasr.cli.lm wires it in

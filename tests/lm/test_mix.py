@@ -9,17 +9,9 @@ import pytest
 
 from privasr.errors import InputError
 from privasr.lm.base import LanguageModel, perplexity_stats
-from privasr.lm.mix import (
-    LinearMix,
-    NgramTables,
-    em_weights,
-    estimate_weights,
-    merge_ngrams,
-    recompute_backoffs,
-    synthetic_model,
-    unigram_mass,
-)
+from privasr.lm.mix import LinearMix, em_weights, estimate_weights, merge_ngrams
 from privasr.lm.ngram.model import NgramModel
+from privasr.lm.ngram.tables import NgramTables, recompute_backoffs, synthetic_model, unigram_mass
 
 TOL = 1e-6
 

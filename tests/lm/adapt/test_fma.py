@@ -17,8 +17,8 @@ from privasr.lm.adapt.fma import (
     text_unigram,
 )
 from privasr.lm.base import LanguageModel
-from privasr.lm.mix import NgramTables, synthetic_model
 from privasr.lm.ngram.arpa import read_arpa, write_arpa
+from privasr.lm.ngram.tables import NgramTables, synthetic_model
 
 
 def _adapt_unigram(model, seed: int) -> dict[str, float]:

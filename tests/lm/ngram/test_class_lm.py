@@ -12,7 +12,6 @@ import pytest
 
 from privasr.errors import InputError
 from privasr.lm.base import LanguageModel, perplexity_stats
-from privasr.lm.mix import NgramTables, synthetic_model
 from privasr.lm.ngram.arpa import read_arpa, write_arpa
 from privasr.lm.ngram.class_lm import (
     ClassNgramModel,
@@ -24,6 +23,7 @@ from privasr.lm.ngram.class_lm import (
 )
 from privasr.lm.ngram.classes import ClassMap, frequency_bin_classes
 from privasr.lm.ngram.mkn import train_mkn
+from privasr.lm.ngram.tables import NgramTables, synthetic_model
 
 CLASSES = ClassMap.from_members({"<PER>": ["alice", "bob", "carol"], "<LOC>": ["paris", "rome"]})
 PLAIN = ["the", "sees", "in", "likes", "a"]

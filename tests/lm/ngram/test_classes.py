@@ -99,3 +99,26 @@ def test_frequency_bins_balance_mass() -> None:
         frequency_bin_classes(counts, 0)
     with pytest.raises(InputError):
         frequency_bin_classes({"<C0>": 3, "a": 1}, 2)
+
+
+_VALID_CLASSES = b"<PER> 0.5 alice\n<PER> 0.5 bob\n<LOC> paris\n<LOC> 1 rome\n"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=300),
+    st.lists(st.tuples(st.integers(0, len(_VALID_CLASSES) - 1), st.integers(0, 255)), max_size=8).map(
+        lambda flips: bytes(b if k not in dict(flips) else dict(flips)[k] for k, b in enumerate(_VALID_CLASSES))),
+    st.integers(0, len(_VALID_CLASSES)).map(lambda n: _VALID_CLASSES[:n]),
+    st.lists(st.sampled_from(_VALID_CLASSES.splitlines(keepends=True)
+                             + [b"<X> -1 a\n", b"<X> nan b\n", b"<X> 2 c\n", b"<X>\n", b"<s> a\n", b"<X> a b c\n",
+                                b"<X> 1e999 d\n", b"\xff\xfe\n", b"\n"]), max_size=12).map(b"".join),
+))
+def test_fuzz_read_classes(tmp_path_factory, data: bytes) -> None:
+    """Random and mutated classes files give a class map or InputError, never another exception."""
+    p = tmp_path_factory.mktemp("fz") / "f.classes"
+    p.write_bytes(data)
+    try:
+        read_classes(p)
+    except InputError as e:
+        assert str(p) in str(e)

@@ -58,7 +58,7 @@ import numpy as np
 
 from privasr.errors import InputError
 from privasr.lm.base import BOS, EOS, UNK, SentenceScore
-from privasr.lm.mix import NgramTables
+from privasr.lm.ngram.tables import NgramTables
 
 if TYPE_CHECKING:
     from privasr.lm.ngram.model import NgramModel
@@ -181,7 +181,7 @@ def fma_rewrite(base: NgramModel | NgramTables, adapt_unigram: Unigram, beta: fl
 
     p'(w|h) = alpha(w) p(w|h) / Z(h) for every listed n-gram, bow'(h) = bow(h) Z(h') / Z(h) (module docstring).
 
-    >>> from privasr.lm.mix import synthetic_model
+    >>> from privasr.lm.ngram.tables import synthetic_model
     >>> base = synthetic_model(3, 4, seed=0)
     >>> pa = {w: 0.1 for w in base.vocab if w != "<s>"} | {"w2": 0.5}
     >>> new = fma_rewrite(base, pa, 1.0)
@@ -242,7 +242,7 @@ class FmaModel:
     log10 alpha(w) + log10 P_B(w|h) - log10 Z(h); OOV words are scored as the base scores them (as ``<unk>``,
     whose alpha applies, or -inf) and flagged.
 
-    >>> from privasr.lm.mix import synthetic_model
+    >>> from privasr.lm.ngram.tables import synthetic_model
     >>> base = synthetic_model(2, 3, seed=0)
     >>> fma = FmaModel(base, {"</s>": 0.1, "<unk>": 0.1, "w0": 0.6, "w1": 0.1, "w2": 0.1}, beta=0.5)
     >>> s = fma.score(["w0", "w1"])

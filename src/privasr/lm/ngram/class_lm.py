@@ -60,8 +60,8 @@ import numpy as np
 
 from privasr.errors import InputError
 from privasr.lm.base import EOS, SentenceScore, perplexity_stats
-from privasr.lm.mix import NgramTables, recompute_backoffs
 from privasr.lm.ngram.classes import ClassMap, frequency_bin_classes
+from privasr.lm.ngram.tables import NgramTables, recompute_backoffs
 
 if TYPE_CHECKING:
     from privasr.corpus.textio import PathLike
@@ -121,7 +121,7 @@ class ClassNgramModel:
     Raises:
         InputError: a class member is also a plain word of ``class_lm`` (it could never be predicted as one).
 
-    >>> from privasr.lm.mix import synthetic_model
+    >>> from privasr.lm.ngram.tables import synthetic_model
     >>> lm = synthetic_model(2, ["hi", "<PER>"], seed=0)
     >>> m = ClassNgramModel(lm, ClassMap.from_members({"<PER>": ["ann", "bo"]}), {"<PER>": {"ann": 3, "bo": 1}})
     >>> m.vocab
@@ -260,7 +260,7 @@ def expand_to_word_arpa(model: ClassNgramModel, *, max_ngrams: int = 20_000_000)
     Raises:
         InputError: the expansion would have more than ``max_ngrams`` n-grams.
 
-    >>> from privasr.lm.mix import synthetic_model
+    >>> from privasr.lm.ngram.tables import synthetic_model
     >>> lm = synthetic_model(2, ["hi", "<PER>"], seed=0)
     >>> m = ClassNgramModel(lm, ClassMap.from_members({"<PER>": ["ann", "bo"]}))
     >>> w = expand_to_word_arpa(m)
