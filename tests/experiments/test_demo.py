@@ -18,6 +18,9 @@ def test_demo_end_to_end(tmp_path):
     assert 0 < lo <= m["wer_1best"] - m["wer_oracle"] <= hi
     report = (out / "report.md").read_text()
     assert "| first-pass 1-best |" in report and "MAPSSWE" in report
+    assert "| n-gram rescoring (background 3-gram, tuned on dev) |" in report
+    assert f"| {100 * m['wer_ngram_rescoring']:.2f} |" in report
+    assert 0 < m["wer_ngram_rescoring"] < 1 and set(m["ngram_rescoring_weights"]) == {"lm", "bg3", "word_penalty"}
     assert f"{100 * m['wer_1best']:.2f}" in report
     # Same seed, same numbers (timings aside).
     out2 = tmp_path / "demo2"

@@ -254,12 +254,16 @@ def estimate_mkn(sentences: Iterable[Sequence[str]] | NgramCounts, order: int, *
 
 def train_mkn(sentences: Iterable[Sequence[str]], order: int, *, vocab: Collection[str] | None = None,
               prune: Sequence[int] | None = None, discounts: Sequence[Sequence[float]] | None = None,
-              interpolate_unigrams: bool = True) -> NgramModel:
+              discount_fallback: Sequence[float] | None = None, interpolate_unigrams: bool = True) -> NgramModel:
     """Train an interpolated modified Kneser-Ney model as KenLM ``lmplz -o order`` would (see the module doc).
+
+    ``discount_fallback`` (lmplz ``--discount_fallback``, e.g. ``(0.5, 1.0, 1.5)``) replaces the discounts of
+    an order whose closed-form estimates are out of range, as happens on small corpora; without it such a
+    corpus is an :class:`~privasr.errors.InputError`, as in lmplz. See :func:`estimate_mkn`.
 
     >>> m = train_mkn([["a", "b"], ["b", "a"], ["a"]], 2, discounts=[(0.5, 1.0, 1.5)] * 2)
     >>> m.order, m.num_ngrams(2), round(10 ** m.logprob("<s>", []), 6)
     (2, 6, 1.0)
     """
     return estimate_mkn(sentences, order, vocab=vocab, prune=prune, discounts=discounts,
-                        interpolate_unigrams=interpolate_unigrams).model
+                        discount_fallback=discount_fallback, interpolate_unigrams=interpolate_unigrams).model
