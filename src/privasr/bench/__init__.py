@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, str] = {
     "synth": "privasr.bench.synth:run",
     "ngram": "privasr.bench.ngram:run",
     "rescore": "privasr.bench.rescore:run",
+    "nnlm-scoring": "privasr.bench.nnlm_scoring:run",
+    "nnlm-train": "privasr.bench.nnlm_train:run",
 }
 
 

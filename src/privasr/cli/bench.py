@@ -29,10 +29,19 @@ def run(name: str, out: Path, quick: bool, seed: int) -> None:
 
 
 def bench(
-    name: str = typer.Argument(..., help="Benchmark name (readers, metrics, synth, ngram, rescore) or 'all'."),
+    name: str = typer.Argument(..., help="Benchmark name (see the list above) or 'all'."),
     out: Path = typer.Option(..., "--out", help="Output folder for results.json."),
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes, fewer repeats (for smoke tests)."),
     seed: int = typer.Option(0, "--seed", help="Random seed for generated inputs."),
 ) -> None:
-    """Run a benchmark: readers, metrics, synth, ngram, rescore, or all (then one sub-folder each)."""
+    """Run a benchmark by name, or all of them (then one sub-folder each)."""
     run(name, out, quick, seed)
+
+
+def _document_names() -> None:
+    from privasr.bench import BENCHMARKS
+
+    bench.__doc__ = (bench.__doc__ or "") + "\n\nBenchmarks: " + ", ".join(BENCHMARKS) + "."
+
+
+_document_names()

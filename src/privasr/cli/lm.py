@@ -163,9 +163,66 @@ def ppl(
 
 
 def _register_adaptation() -> None:
-    from privasr.cli import lm_adapt
+    from privasr.cli import lm_adapt, lm_neural_approx
 
     lm_adapt.register(app)
+    lm_neural_approx.register(app)
 
 
 _register_adaptation()
+
+
+@app.command("train-neural")
+def train_neural(
+    train: Annotated[Path, typer.Option("--train", help="Training text: one sentence per line (.gz/.xz/.bz2 ok); "
+                                        "empty lines are skipped.")],
+    valid: Annotated[Path, typer.Option("--valid", help="Validation text, same format.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder: best.pt, last.pt, results.json.")],
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="YAML/JSON file with 'preset', 'model' and 'train' sections.")] = None,
+    preset: Annotated[str | None, typer.Option(
+        "--preset", help="Model preset: paper000-transformer, paper001-lstm, small-transformer, small-lstm, "
+        "small-lstm-char, tiny-*.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", help="Override an option: --set layers=2, --set train.lr=0.01, --set max_epochs=5 (repeatable; "
+        "model.* or train.* names).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/last.pt (same data and options; "
+                                         "max_epochs, max_steps and patience may change).")] = False,
+    init: Annotated[Path | None, typer.Option(
+        "--init", help="Fine-tune this checkpoint (its architecture and vocabulary; new words become <unk>).")] = None,
+    freeze: Annotated[str, typer.Option(
+        "--freeze", help="'output': update only the output layer (frozen-layer fine-tuning); 'none': all.")] = "none",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for weights, dropout and batch order.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda[:N] (mixed precision only on CUDA).")] = "cpu",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")] = True,
+    threads: Annotated[int, typer.Option(
+        "--threads", help="CPU threads for torch (0: torch's default; 1 is often fastest on a busy machine).")] = 0,
+) -> None:
+    """Train a neural LM (Transformer or LSTM) from scratch, or fine-tune one (--init, --freeze)."""
+    if threads < 0:
+        raise InputError(f"--threads {threads}", expected="0 (default) or a positive number of threads")
+    if threads:
+        from privasr.lm.neural.train import set_num_threads
+
+        set_num_threads(threads)
+    from privasr.lm.neural.checkpoint import load_checkpoint
+    from privasr.lm.neural.train import load_run_config, train_lm
+
+    init_ck = load_checkpoint(init) if init is not None else None
+    last_ck = load_checkpoint(out / "last.pt") if resume else None
+    base = init_ck.config if init_ck is not None else None
+    if last_ck is not None and config is None and preset is None:
+        base = last_ck.config
+    model_cfg, opts = load_run_config(config, preset, overrides or [], init_config=base)
+    train_sents = [s for s in _read_text(train, str(train)) if s]
+    valid_sents = [s for s in _read_text(valid, str(valid)) if s]
+    data: dict[str, Any] = {"train": train, "valid": valid}
+    if init is not None:
+        data["init"] = init
+    res = train_lm(train_sents, valid_sents, model_cfg, opts, out_dir=out, init=init_ck, freeze=freeze, seed=seed,
+                   device=device, progress=progress, resume=resume, data=data)
+    m = res.metrics
+    err_console.print(
+        f"{m['epochs_completed']} epochs, {res.steps} steps, {res.tokens_per_s:,.0f} tokens/s; valid ppl "
+        f"{res.initial_valid_ppl:.2f} -> best {res.best_valid_ppl:.2f} (epoch {res.best_epoch:.2f})"
+        f"{' [stopped early]' if res.stopped_early else ''}; {out}/best.pt", highlight=False)

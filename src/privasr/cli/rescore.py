@@ -99,7 +99,8 @@ def run(
         metrics = run_rescore(cfg, out, argv=_command_line())
     con = Console()
     if metrics.get("wer") is not None:
-        con.print(f"test WER {100 * metrics['wer']:.2f}% (first pass {100 * metrics['wer_baseline']:.2f}%, "
+        base = "baseline" if "baseline" in metrics else "first pass"
+        con.print(f"test WER {100 * metrics['wer']:.2f}% ({base} {100 * metrics['wer_baseline']:.2f}%, "
                   f"relative {100 * metrics['wer_rel_change']:+.2f}%, MAPSSWE p = {metrics['mapsswe_p']:.3g})")
     else:
         con.print("test set without references: rescored lists written, no WER")

@@ -21,6 +21,14 @@ rescored test N-best lists (canonical JSON Lines). Config (YAML; every key optio
                                       # text source of privasr.experiments.text (ami-train, gutenberg, ...) or a
                                       # text file; written to OUT/lm/NAME.arpa and read back from it (so the
                                       # run uses exactly that file), reused by later runs while text and spec match
+      NAME: {neural: {checkpoint: PATH, device: cpu, batch_tokens: 4096}}
+                                      # a neural LM checkpoint (privasr lm train-neural), scored with
+                                      # privasr.lm.neural.scorer.NeuralLM (OOVs as <unk>), or
+      NAME: {neural: {train: {text: ami-train, valid: ami-dev, preset: small-lstm, model: {}, options: {},
+                              seed: 0, max_sentences: null}}}
+                                      # trained on the fly with privasr.lm.neural.train.train_lm (model: config
+                                      # overrides of the preset; options: TrainOptions fields such as epochs),
+                                      # cached as OUT/lm/NAME.pt + NAME.json and reused while the spec matches
     combine:
       mode: loglinear                 # loglinear | linear (in probability, lambdas on the simplex)
       prior: am                       # am | rank | uniform | total
@@ -38,6 +46,10 @@ rescored test N-best lists (canonical JSON Lines). Config (YAML; every key optio
       bootstrap_resamples: 1000
       confidence: 0.95
       first_pass_retuned: true        # also tune prior + first-pass LM + word penalty (no new LM), as a reference
+      baseline_lms: null              # [NAME, ...]: the baseline system of wer_baseline / mapsswe_p is the
+                                      # combination with only these new LMs (and the first-pass LM), tuned on
+                                      # dev the same way; null: the first-pass 1-best (its WER is always in
+                                      # wer_first_pass)
     output:
       nbest: test.rescored.jsonl.gz   # rescored test lists (null: not written)
       lm_cache: null                  # folder for trained LMs (default OUT/lm)
@@ -102,9 +114,11 @@ _DATA = ("dev", "test", "nbest", "split", "format")
 _SPLIT = ("key", "dev")
 _COMBINE = ("mode", "prior", "prior_weight", "first_pass_lm")
 _SEARCH = ("method", "weights", "ranges", "lambda_step", "max_rounds", "coarse_points", "restarts")
-_EVAL = ("bootstrap_resamples", "confidence", "first_pass_retuned")
+_EVAL = ("bootstrap_resamples", "confidence", "first_pass_retuned", "baseline_lms")
 _OUTPUT = ("nbest", "lm_cache")
-_LM = ("arpa", "train")
+_LM = ("arpa", "train", "neural")
+_NEURAL = ("checkpoint", "train", "device", "batch_tokens")
+_NEURAL_TRAIN = ("text", "valid", "preset", "model", "options", "seed", "max_sentences")
 _TRAIN = ("text", "order", "prune", "normalize")
 _VAR = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -233,9 +247,12 @@ class LMSpec:
     order: int = 3
     prune: Any = None
     normalize: Any = None
+    neural: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description."""
+        if self.neural is not None:
+            return {"neural": copy.deepcopy(dict(self.neural))}
         if self.arpa is not None:
             return {"arpa": str(self.arpa)}
         return {"train": {"text": self.text, "order": self.order, "prune": self.prune, "normalize": self.normalize}}
@@ -276,6 +293,7 @@ class RescoreConfig:
     lm_cache: Path | None
     lm_batch_size: int
     raw: Mapping[str, Any] = field(repr=False)
+    baseline_lms: tuple[str, ...] | None = None
 
     def space(self) -> SearchSpace:
         """The search space: grids for searched parameters (fixed ones from ``search.weights``)."""
@@ -320,6 +338,11 @@ def _lm_spec(name: Any, v: Any, check: bool) -> LMSpec:
     if isinstance(v, str):
         return LMSpec(name, arpa=_path(v, where, check))
     d = _mapping(v, where, _LM)
+    if "neural" in d:
+        if len(d) > 1:
+            raise ConfigError(f"config key {where!r} needs exactly one of 'arpa', 'train' and 'neural'",
+                              expected="an ARPA path, {train: {...}} or {neural: {...}}")
+        return LMSpec(name, neural=_neural_spec(d["neural"], f"{where}.neural", check))
     if ("arpa" in d) == ("train" in d):
         raise ConfigError(f"config key {where!r} needs exactly one of 'arpa' and 'train'",
                           expected="an ARPA path or {train: {text: ..., order: ...}}")
@@ -340,6 +363,71 @@ def _lm_spec(name: Any, v: Any, check: bool) -> LMSpec:
 
         Normalizer.from_spec(norm)  # validates
     return LMSpec(name, text=text, order=order, prune=t.get("prune"), normalize=norm)
+
+
+def _text_source(v: Any, where: str, check: bool) -> str:
+    from privasr.experiments.text import TEXT_SOURCES
+
+    text = _str(v, where)
+    return text if text in TEXT_SOURCES else str(_path(text, where, check))
+
+
+def _neural_spec(v: Any, where: str, check: bool) -> dict[str, Any]:
+    """Validate a ``neural`` LM spec; return it resolved (paths expanded, defaults filled in)."""
+    d = _mapping(v, where, _NEURAL)
+    if ("checkpoint" in d) == ("train" in d):
+        raise ConfigError(f"config key {where!r} needs exactly one of 'checkpoint' and 'train'",
+                          expected="{checkpoint: PATH} or {train: {text: ..., preset: ...}}")
+    out: dict[str, Any] = {"device": _str(d.get("device", "cpu"), f"{where}.device"),
+                           "batch_tokens": _int(d.get("batch_tokens", 4096), f"{where}.batch_tokens", 1)}
+    if "checkpoint" in d:
+        out["checkpoint"] = str(_path(d["checkpoint"], f"{where}.checkpoint", check))
+        return out
+    t = _mapping(d["train"], f"{where}.train", _NEURAL_TRAIN)
+    for k in ("text", "valid", "preset"):
+        if t.get(k) is None:
+            raise ConfigError(f"config key {where}.train needs {k!r}",
+                              expected="{text: SOURCE, valid: SOURCE, preset: NAME} (presets: "
+                                       "privasr.lm.neural.models.PRESETS)")
+    train: dict[str, Any] = {"text": _text_source(t["text"], f"{where}.train.text", check)}
+    train["valid"] = _text_source(t["valid"], f"{where}.train.valid", check)
+    train["preset"] = _str(t["preset"], f"{where}.train.preset")
+    train["model"] = _mapping(t.get("model"), f"{where}.train.model")
+    train["options"] = _mapping(t.get("options"), f"{where}.train.options")
+    train["seed"] = _int(t.get("seed", 0), f"{where}.train.seed", 0)
+    ms = t.get("max_sentences")
+    train["max_sentences"] = None if ms is None else _int(ms, f"{where}.train.max_sentences", 1)
+    try:
+        from privasr.lm.neural.models import PRESETS, NeuralLMConfig
+    except ImportError:  # pragma: no cover - torch missing
+        raise ConfigError(f"config key {where!r}: neural LMs need torch", expected="pip install privasr[neural]") \
+            from None
+    if train["preset"] not in PRESETS:
+        raise ConfigError(f"config key {where}.train.preset is {train['preset']!r}",
+                          expected=f"one of {', '.join(sorted(PRESETS))}")
+    try:
+        NeuralLMConfig.preset(train["preset"]).replace(**train["model"])
+    except ConfigError as e:
+        raise ConfigError(f"config key {where}.train.model: {e.message}", expected=e.expected) from None
+    _train_options(train["options"], f"{where}.train.options")
+    out["train"] = train
+    return out
+
+
+def _train_options(options: Mapping[str, Any], where: str) -> Any:
+    """``TrainOptions(**options)`` (unknown or invalid fields: :class:`ConfigError` naming ``where``)."""
+    import dataclasses
+
+    from privasr.lm.neural.train import TrainOptions
+
+    names = {f.name for f in dataclasses.fields(TrainOptions)}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {unknown} in {where}", expected=f"some of {sorted(names)}")
+    try:
+        return TrainOptions(**options)
+    except (ConfigError, InputError, TypeError, ValueError) as e:
+        raise ConfigError(f"config key {where}: {e}") from None
 
 
 def _ranges(v: Any) -> dict[str, tuple[float, float, float]]:
@@ -422,6 +510,20 @@ def load_config(config: Mapping[str, Any], *, check_files: bool = True) -> Resco
     fpr = ev.get("first_pass_retuned", True)
     if not isinstance(fpr, bool):
         raise ConfigError(f"config key 'eval.first_pass_retuned' is {fpr!r}", expected="true or false")
+    bl = ev.get("baseline_lms")
+    baseline_lms: tuple[str, ...] | None = None
+    if bl is not None:
+        names = [x.name for x in lms]
+        if not isinstance(bl, list | tuple) or not all(isinstance(x, str) for x in bl):
+            raise ConfigError(f"config key 'eval.baseline_lms' is {bl!r}", expected="a list of LM names")
+        bad = sorted(set(bl) - set(names))
+        if bad:
+            raise ConfigError(f"eval.baseline_lms names unknown LM(s) {bad}", expected=f"some of {names}")
+        if set(bl) == set(names):
+            raise ConfigError("eval.baseline_lms lists every LM", expected="a subset without the LM(s) under test")
+        if method == "fixed":
+            raise ConfigError("eval.baseline_lms needs tuned weights", expected="search.method coordinate or grid")
+        baseline_lms = tuple(dict.fromkeys(bl))
     out = _mapping(top.get("output"), "output", _OUTPUT)
     onb = out.get("nbest", "test.rescored.jsonl.gz")
     if onb is not None:
@@ -441,7 +543,8 @@ def load_config(config: Mapping[str, Any], *, check_files: bool = True) -> Resco
         "search": {"method": method, "weights": weights, "ranges": {k: list(v) for k, v in search.ranges.items()},
                    "lambda_step": search.lambda_step, "max_rounds": search.max_rounds,
                    "coarse_points": search.coarse_points, "restarts": search.restarts},
-        "eval": {"bootstrap_resamples": resamples, "confidence": conf, "first_pass_retuned": fpr},
+        "eval": {"bootstrap_resamples": resamples, "confidence": conf, "first_pass_retuned": fpr,
+                 **({"baseline_lms": list(baseline_lms)} if baseline_lms is not None else {})},
         "output": {"nbest": onb, "lm_cache": cache_p},
         "lm_batch_size": _int(top.get("lm_batch_size", 4096), "lm_batch_size", 1),
     }
@@ -449,7 +552,7 @@ def load_config(config: Mapping[str, Any], *, check_files: bool = True) -> Resco
         name=name, seed=seed, dev=dev, test=test, nbest=nbest, split_key=split_key, split_dev=split_dev,
         format=fmt, lms=lms, combination=comb, search=search, bootstrap_resamples=resamples, confidence=conf,
         first_pass_retuned=fpr, output_nbest=onb, lm_cache=cache_p, lm_batch_size=resolved["lm_batch_size"],
-        raw=resolved,
+        raw=resolved, baseline_lms=baseline_lms,
     )
 
 
@@ -516,6 +619,8 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
     """Load or train one LM; a trained LM is cached as ``cache_dir/NAME.arpa`` with ``NAME.json`` (its key)."""
     from privasr.lm.ngram.model import NgramModel
 
+    if spec.neural is not None:
+        return _build_neural(spec, cache_dir, data)
     t0 = time.perf_counter()
     if spec.arpa is not None:
         lm = NgramModel.from_arpa(spec.arpa)
@@ -566,6 +671,91 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
         info["ngrams"] = [int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)]
     info["seconds"] = time.perf_counter() - t0
     return lm, info
+
+
+def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tuple[LanguageModel, dict[str, Any]]:
+    """Load a neural checkpoint, or train one (cached as ``cache_dir/NAME.pt`` + ``NAME.json``, its key)."""
+    from privasr.lm.neural.scorer import NeuralLM
+
+    assert spec.neural is not None
+    t0 = time.perf_counter()
+    nspec = spec.neural
+    kw = {"device": nspec["device"], "batch_tokens": nspec["batch_tokens"]}
+    info: dict[str, Any] = {"neural": copy.deepcopy(dict(nspec))}
+    if "checkpoint" in nspec:
+        lm = NeuralLM.from_checkpoint(nspec["checkpoint"], **kw)
+        info.update(checkpoint=nspec["checkpoint"], load_s=time.perf_counter() - t0)
+    else:
+        from privasr.experiments.text import load_text
+        from privasr.lm.neural.checkpoint import load_checkpoint, save_checkpoint
+        from privasr.lm.neural.models import NeuralLMConfig
+
+        t = nspec["train"]
+        sents = load_text(t["text"], data=data)
+        if t["max_sentences"] is not None:
+            sents = sents[: t["max_sentences"]]
+        valid = load_text(t["valid"], data=data)
+        if not sents:
+            raise InputError(f"language model {spec.name}: the training text is empty", path=t["text"])
+        config = NeuralLMConfig.preset(t["preset"]).replace(**t["model"])
+        key = {"text": t["text"], "text_sha256": _text_hash(sents), "valid": t["valid"],
+               "valid_sha256": _text_hash(valid), "preset": t["preset"],
+               "model": config.to_dict(), "options": t["options"], "seed": t["seed"],
+               "max_sentences": t["max_sentences"], "trainer": "privasr.lm.neural.train.train_lm",
+               "version": __version__}
+        info.update(sentences=len(sents), tokens=sum(map(len, sents)), text_s=time.perf_counter() - t0)
+        ckpt = meta = None
+        if cache_dir is not None:
+            ckpt, meta = cache_dir / f"{spec.name}.pt", cache_dir / f"{spec.name}.json"
+        loaded = None
+        if ckpt is not None and meta is not None and ckpt.is_file() and meta.is_file():
+            try:
+                stored = json.loads(meta.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                stored = None
+            if isinstance(stored, dict) and stored.get("key") == json.loads(json.dumps(key)):
+                loaded = load_checkpoint(ckpt, map_location=nspec["device"])
+                info.update(cached=True, checkpoint=str(ckpt), training=stored.get("training"))
+        if loaded is None:
+            from privasr.lm.neural.train import train_lm
+
+            t1 = time.perf_counter()
+            options = _train_options(t["options"], f"lms.{spec.name}.neural.train.options")
+            work = (cache_dir / f"{spec.name}.train") if cache_dir is not None else None
+            # an interrupted training (same spec up to max_epochs / max_steps / patience) is resumed
+            resume = work is not None and (work / "last.pt").is_file()
+            res = train_lm(sents, valid, config, options, out_dir=work, seed=t["seed"], device=nspec["device"],
+                           progress=False, resume=resume)
+            training = _train_summary(res)
+            training["train_s"] = time.perf_counter() - t1
+            info.update(cached=False, training=training)
+            model, vocab = res.model, res.vocab
+            if ckpt is not None and meta is not None:
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                save_checkpoint(ckpt, model, vocab, model.config, extra={"key": key, "training": training})
+                meta.write_text(json.dumps({"key": key, "training": training}, indent=1) + "\n", encoding="utf-8")
+                loaded = load_checkpoint(ckpt, map_location=nspec["device"])
+                info["checkpoint"] = str(ckpt)
+                model, vocab = loaded.model, loaded.vocab
+            lm = NeuralLM(model, vocab, **kw)
+        else:
+            lm = NeuralLM(loaded.model, loaded.vocab, **kw)
+    info["order"] = "inf" if lm.arch == "lstm" else lm.order
+    info["vocab_size"] = len(lm.vocab)
+    info["parameters"] = int(sum(p.numel() for p in lm.model.parameters()))
+    info["seconds"] = time.perf_counter() - t0
+    return lm, info
+
+
+def _train_summary(res: Any) -> dict[str, Any]:
+    """JSON-ready facts of a :func:`~privasr.lm.neural.train.train_lm` result (what it exposes)."""
+    out: dict[str, Any] = {}
+    for k in ("best_valid_ppl", "best_epoch", "best_step", "initial_valid_ppl", "steps", "tokens_per_s",
+              "stopped_early", "epochs"):
+        v = getattr(res, k, None)
+        if v is not None:
+            out[k] = json.loads(json.dumps(v, default=str))
+    return out
 
 
 def _ppl(cache: LMScoreCache, refs: Sequence[Sequence[str]]) -> float:
@@ -705,6 +895,19 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         retuned = tune(dev, dev_table, fp_comb, fp_cfg_space, method=cfg.search.method,
                        **({"max_rounds": cfg.search.max_rounds, "coarse_points": cfg.search.coarse_points,
                            "restarts": cfg.search.restarts} if cfg.search.method == "coordinate" else {}))
+    baseline: SearchResult | None = None
+    bl_comb: Combination | None = None
+    if cfg.baseline_lms is not None and dev is not None and dev_table is not None:
+        bl_comb = Combination(prior=comb.prior, lms=(("lm",) if "lm" in comb.lms else ()) + cfg.baseline_lms,
+                              mode=comb.mode, prior_weight=comb.prior_weight)
+        bl_search = SearchConfig(method=cfg.search.method,
+                                 weights={k: v for k, v in cfg.search.weights.items() if k in bl_comb.parameters()},
+                                 ranges={k: v for k, v in cfg.search.ranges.items() if k in bl_comb.parameters()},
+                                 lambda_step=cfg.search.lambda_step, max_rounds=cfg.search.max_rounds,
+                                 coarse_points=cfg.search.coarse_points, restarts=cfg.search.restarts)
+        bl_cfg = copy.copy(cfg)
+        object.__setattr__(bl_cfg, "search", bl_search)
+        baseline = _tune_or_fix(bl_cfg, bl_comb, build_space(bl_comb, bl_search), dev, dev_table)
     timings["tune_s"] = time.perf_counter() - t0
 
     # ---- apply to test
@@ -712,7 +915,10 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
     totals = comb.totals(test_table, weights)
     choice = select(test_table, totals)
     rescored_words = _choose_words(test, choice)
-    baseline_words = [nb.best.words for nb in test]
+    first_pass_words = [nb.best.words for nb in test]
+    baseline_words = first_pass_words
+    if baseline is not None and bl_comb is not None:
+        baseline_words = _choose_words(test, select(test_table, bl_comb.totals(test_table, baseline.weights)))
     from privasr.rescore.combine import rerank
 
     rescored = rerank(test, test_table, totals)
@@ -732,6 +938,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         refs = [nb.ref or () for nb in test]
         w_new = wer(refs, rescored_words, aligner="sclite")
         w_base = wer(refs, baseline_words, aligner="sclite")
+        w_first = w_base if baseline is None else wer(refs, first_pass_words, aligner="sclite")
         ids = [nb.utt_id for nb in test]
         mp = mapsswe(refs, rescored_words, baseline_words, ids=ids)
         bs = paired_bootstrap(w_new.utt_errors, w_base.utt_errors, w_new.utt_ref_words, seed=cfg.seed,
@@ -745,7 +952,13 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
             bootstrap_diff=bs.difference, bootstrap_ci_low=bs.ci_low, bootstrap_ci_high=bs.ci_high,
             bootstrap_confidence=bs.confidence, bootstrap_prob_improvement=bs.prob_a_better,
             bootstrap_resamples=bs.resamples, wer_oracle=orc.wer, test_ref_words=w_new.ref_words,
+            wer_first_pass=w_first.wer,
         )
+        if baseline is not None:
+            metrics["baseline"] = f"rescoring with {', '.join(bl_comb.lms) if bl_comb else ''} (tuned on dev)"
+            metrics["wer_rel_change_vs_first_pass"] = ((w_new.wer - w_first.wer) / w_first.wer
+                                                       if w_first.wer > 0 else None)
+            metrics["mapsswe_p_vs_first_pass"] = mapsswe(refs, rescored_words, first_pass_words, ids=ids).p
         details["test_wer_rescored"] = w_new.as_dict()
         details["test_wer_baseline"] = w_base.as_dict()
         if retuned is not None:
@@ -757,6 +970,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         lm_ppl = {n: {"ppl_test_refs": _ppl(c, refs)} for n, c in caches.items()}
         for n in lm_ppl:
             lm_info[n].update(lm_ppl[n])
+        metrics["ppl"] = {n: v["ppl_test_refs"] for n, v in lm_ppl.items()}
     metrics["test_utterances"] = len(test)
     metrics["test_hypotheses"] = test_table.n_hyps
     metrics["test_changed_1best"] = changed
@@ -765,7 +979,12 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         drefs = [nb.ref or () for nb in dev]
         dch = select(dev_table, comb.totals(dev_table, weights))
         metrics["dev_wer"] = wer(drefs, _choose_words(dev, dch), aligner="sclite").wer
-        metrics["dev_wer_baseline"] = wer(drefs, [nb.best.words for nb in dev], aligner="sclite").wer
+        metrics["dev_wer_first_pass"] = wer(drefs, [nb.best.words for nb in dev], aligner="sclite").wer
+        metrics["dev_wer_baseline"] = metrics["dev_wer_first_pass"]
+        if baseline is not None and bl_comb is not None:
+            bch = select(dev_table, bl_comb.totals(dev_table, baseline.weights))
+            metrics["dev_wer_baseline"] = wer(drefs, _choose_words(dev, bch), aligner="sclite").wer
+            metrics["weights_baseline"] = baseline.weights
         metrics["dev_utterances"] = len(dev)
         if retuned is not None:
             metrics["dev_wer_first_pass_retuned"] = retuned.wer
@@ -781,6 +1000,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
     metrics.update(timings)
 
     extra = {"lms": lm_info, "search": result.to_dict() if result is not None else {"method": "fixed"},
+             "baseline_search": baseline.to_dict() if baseline is not None else None,
              "first_pass_retuned": retuned.to_dict() if retuned is not None else None,
              "split": split_info, "details": details, "command": list(argv) if argv else None,
              "outputs": {"nbest": str(nbest_path) if nbest_path else None}}
@@ -805,7 +1025,11 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
         lines += [f"Dev {split['key']}s ({len(split['dev_keys'])}): {' '.join(split['dev_keys'])}",
                   f"Test {split['key']}s ({len(split['test_keys'])}): {' '.join(split['test_keys'])}", ""]
     lines += ["| system | dev WER | test WER |", "|---|---:|---:|",
-              f"| first-pass 1-best | {_pct(m.get('dev_wer_baseline'))} | {_pct(m.get('wer_baseline'))} |"]
+              f"| first-pass 1-best | {_pct(m.get('dev_wer_first_pass', m.get('dev_wer_baseline')))} | "
+              f"{_pct(m.get('wer_first_pass', m.get('wer_baseline')))} |"]
+    if m.get("baseline"):
+        lines.append(f"| baseline: {m['baseline']} | {_pct(m.get('dev_wer_baseline'))} | "
+                     f"{_pct(m.get('wer_baseline'))} |")
     if "wer_first_pass_retuned" in m or "dev_wer_first_pass_retuned" in m:
         what = "prior + first-pass LM + word penalty" if "lm" in c.lms else "prior + word penalty"
         lines.append(f"| {what}, retuned (no new LM) | "
@@ -817,12 +1041,15 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
     if m.get("wer") is not None:
         rel = m.get("wer_rel_change")
         lines += [
-            f"Test: WER {_pct(m['wer'])} vs first-pass {_pct(m['wer_baseline'])}, relative change "
-            f"{100 * rel:+.2f}% ({m['test_changed_1best']} of {m['test_utterances']} 1-best changed). "
+            f"Test: WER {_pct(m['wer'])} vs {'the baseline' if m.get('baseline') else 'first-pass'} "
+            f"{_pct(m['wer_baseline'])}, relative change "
+            f"{'n/a' if rel is None else f'{100 * rel:+.2f}%'} ({m['test_changed_1best']} of "
+            f"{m['test_utterances']} 1-best changed). "
             f"MAPSSWE (sclite): Z = {m['mapsswe_z']:.3f}, p = {m['mapsswe_p']:.3g} "
             f"(log10 p = {m['mapsswe_log10_p']:.2f}), {m['mapsswe_segments']} segments, better: "
             f"{m['mapsswe_better']}. Paired bootstrap {100 * m['bootstrap_confidence']:.0f}% CI of "
-            f"WER(rescored) - WER(first pass): [{100 * m['bootstrap_ci_low']:.2f}, "
+            f"WER(rescored) - WER({'baseline' if m.get('baseline') else 'first pass'}): "
+            f"[{100 * m['bootstrap_ci_low']:.2f}, "
             f"{100 * m['bootstrap_ci_high']:.2f}] points ({m['bootstrap_resamples']} resamples, "
             f"P(improvement) = {m['bootstrap_prob_improvement']:.3f}).", ""]
         if "mapsswe_p_vs_first_pass_retuned" in m:
@@ -842,8 +1069,13 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
         lines += ["| LM | source | order | n-grams | dev ref ppl | test ref ppl | distinct hyps scored | seconds |",
                   "|---|---|---:|---|---:|---:|---:|---:|"]
         for n, i in lm_info.items():
-            src = i.get("arpa") if "train" not in i else f"trained on {i['train']['text']} ({i['tokens']:,} tokens)" + \
-                (", cached" if i.get("cached") else "")
+            if "neural" in i:
+                nt = i["neural"].get("train")
+                src = (f"neural {nt['preset']} trained on {nt['text']} ({i['tokens']:,} tokens)" if nt else
+                       f"neural checkpoint {i['neural']['checkpoint']}") + (", cached" if i.get("cached") else "")
+            else:
+                src = i.get("arpa") if "train" not in i else \
+                    f"trained on {i['train']['text']} ({i['tokens']:,} tokens)" + (", cached" if i.get("cached") else "")
             ng = "/".join(f"{x:,}" for x in i.get("ngrams", []))
             lines.append(f"| {n} | {src} | {i['order']} | {ng} | {i.get('ppl_dev_refs', math.nan):.1f} | "
                          f"{i.get('ppl_test_refs', math.nan):.1f} | {i.get('distinct_hyps_scored', 0):,} | "

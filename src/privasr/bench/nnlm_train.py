@@ -1,0 +1,176 @@
+"""Neural LM training throughput on the CPU, as a fraction of the machine's measured fp32 matmul rate.
+
+``privasr bench nnlm-train --out DIR`` trains the ``small-transformer`` and ``small-lstm`` presets with the
+real trainer (:func:`privasr.lm.neural.train.train_lm`: padded sentence batches of 32, Adam, clipping) for a
+fixed number of steps on the AMI training transcripts (``../shared/golden/kenlm-mkn/ami_train.txt.xz``, the
+normalised text, full vocabulary) when present, else on synthetic Zipf-distributed sentences of AMI-like length
+and vocabulary size. In the same run it measures ``torch.matmul`` on 1024 x 1024 fp32 matrices (best of 5) with
+the same thread count.
+
+FLOPs per training token are counted as ``6 x`` the parameters used in matrix products (all linear layers,
+LSTM gate matrices and the output softmax layer; embedding look-ups excluded) plus, for the Transformer,
+``12 x layers x embed_dim x T`` for the attention scores and their weighted sums (forward and backward), with
+``T`` the padded length of the batches (token-weighted mean over the timed batches). Padding tokens are
+not counted as tokens. Everything is measured twice: with torch's default thread count and with one thread
+(suffix ``_1thread``), because on a shared machine the multi-threaded figures suffer most from other load.
+
+Metrics per model (``transformer_*``, ``lstm_*``): ``tokens_per_s``, ``gflop_per_s`` (useful FLOPs),
+``fraction_of_matmul`` (``gflop_per_s / matmul_gflop_per_s``), ``flops_per_token``, ``parameters``, and
+``ami_epoch_s`` (the training text's tokens, ``</s>`` included, / tokens_per_s: one epoch's training time,
+validation excluded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privasr.bench import best_of
+from privasr.results import write_results
+
+__all__ = ["run", "matmul_gflops", "flops_per_token", "load_text"]
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    """Best-of-``repeats`` fp32 ``torch.matmul`` rate of ``n x n`` matrices, in GFLOP/s.
+
+    >>> matmul_gflops(64, repeats=1) > 0
+    True
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g)
+    b = torch.randn(n, n, generator=g)
+    torch.matmul(a, b)
+    t, _ = best_of(lambda: torch.matmul(a, b), repeats)
+    return 2.0 * n ** 3 / t / 1e9
+
+
+def flops_per_token(model: Any, mean_padded_len: float) -> float:
+    """Training FLOPs per token of a :class:`TransformerLM` or :class:`LstmLM` (see the module docstring).
+
+    >>> from privasr.lm.neural import NeuralLMConfig, Vocabulary, build_model
+    >>> v = Vocabulary(("<unk>", "<s>", "</s>", "a"))
+    >>> m = build_model(NeuralLMConfig.preset("tiny-lstm"), v)
+    >>> flops_per_token(m, 10) == 6 * (4 * 24 * (16 + 24) + 4 * 24 * (24 + 24) + 24 * 4)
+    True
+    """
+    from torch import nn
+
+    from privasr.lm.neural.models import LstmLM
+
+    matmul = 0
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear):
+            matmul += mod.in_features * mod.out_features
+        elif isinstance(mod, nn.LSTM):
+            for layer in range(mod.num_layers):
+                matmul += getattr(mod, f"weight_ih_l{layer}").numel() + getattr(mod, f"weight_hh_l{layer}").numel()
+    flops = 6.0 * matmul
+    if not isinstance(model, LstmLM):
+        cfg = model.config
+        flops += 12.0 * cfg.layers * cfg.embed_dim * mean_padded_len
+    return flops
+
+
+def load_text(seed: int) -> tuple[str, list[list[str]]]:
+    """(description, sentences): the AMI training transcripts, or synthetic ones of the same shape."""
+    from privasr.paths import golden_dir
+
+    g = golden_dir()
+    if g is not None and (g / "kenlm-mkn" / "ami_train.txt.xz").is_file():
+        from privasr.lm.ngram.counts import read_sentences
+
+        sents = [s for s in read_sentences(g / "kenlm-mkn" / "ami_train.txt.xz") if s]
+        return "AMI train transcripts (golden kenlm-mkn/ami_train.txt.xz)", sents
+    rng = np.random.default_rng(seed)
+    vocab = 12000
+    ranks = np.arange(1, vocab + 1)
+    p = 1.0 / ranks
+    p /= p.sum()
+    lengths = np.clip(rng.geometric(1 / 14, size=28000), 1, 80)
+    words = rng.choice(vocab, size=int(lengths.sum()), p=p)
+    sents, i = [], 0
+    for n in lengths:
+        sents.append([f"w{k}" for k in words[i:i + n]])
+        i += n
+    return "synthetic Zipf sentences (AMI-like: 28k sentences, mean length 14, 12k word types)", sents
+
+
+_STATIC = ("_preset", "_parameters", "_vocab_size", "_flops_per_token", "_padding_fraction", "_mean_padded_len")
+
+
+def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Measure and write ``out/results.json``; return the metrics."""
+    import torch
+
+    from privasr.lm.neural.train import TrainOptions
+
+    desc, sents = load_text(seed)
+    tokens_total = sum(len(s) + 1 for s in sents)
+    rng = np.random.default_rng(seed)
+    valid = [sents[i] for i in rng.choice(len(sents), size=64, replace=False)]
+    steps = 15 if quick else 60
+    warm = 3
+    opts = TrainOptions(batch_size=32, max_epochs=1, max_steps=steps + warm, patience=0, schedule="constant",
+                        eval_batch_size=64)
+    default_threads = torch.get_num_threads()
+    metrics: dict[str, Any] = {"threads": default_threads, "text": desc, "text_tokens": tokens_total,
+                               "text_sentences": len(sents), "steps": steps}
+    # One thread and all threads: on a shared machine the multi-threaded figures suffer most from other load.
+    for threads in sorted({1, default_threads}, reverse=True):
+        torch.set_num_threads(threads)
+        sfx = "" if threads == default_threads else f"_{threads}thread"
+        try:
+            measured = _measure(sents, valid, opts, warm, steps, seed)
+            metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
+        finally:
+            torch.set_num_threads(default_threads)
+    write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
+                               "steps": steps, "warmup_steps": warm, "models": ["small-transformer", "small-lstm"]},
+                  seed=seed, metrics=metrics)
+    return metrics
+
+
+
+def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: int, steps: int,
+             seed: int) -> dict[str, Any]:
+    """Matmul rate and both models' training throughput at the current thread count."""
+    import tempfile
+
+    from privasr.lm.neural.models import NeuralLMConfig
+    from privasr.lm.neural.train import _epoch_batches, encode_sentences, train_lm
+
+    tokens_total = sum(len(s) + 1 for s in sents)
+    rate = matmul_gflops()
+    metrics: dict[str, Any] = {"matmul_gflop_per_s": rate}
+    for name, preset in (("transformer", "small-transformer"), ("lstm", "small-lstm")):
+        cfg = NeuralLMConfig.preset(preset)
+        # warm-up steps (allocator, kernels) are trained but not timed: train `warm` steps, then resume
+        with tempfile.TemporaryDirectory() as tmp:
+            first = train_lm(sents, valid, cfg, opts.replace(max_steps=warm), out_dir=tmp, seed=seed,
+                             progress=False)
+            res = train_lm(sents, valid, cfg, opts, out_dir=tmp, seed=seed, progress=False, resume=True)
+        # training time and tokens accumulate over the resume: subtract the warm-up part
+        secs = res.metrics["train_seconds"] - first.metrics["train_seconds"]
+        toks = res.metrics["train_tokens"] - first.metrics["train_tokens"]
+        tps = toks / secs
+        seqs = encode_sentences(res.vocab, sents, res.config.max_len)
+        lengths = np.array([len(s) - 1 for s in seqs])
+        batches = _epoch_batches(lengths, opts.batch_size, seed, 0, opts.bucket)[warm:warm + steps]
+        padded = sum(len(b) * lengths[b].max() for b in batches)
+        real = sum(lengths[b].sum() for b in batches)
+        mean_t = float(sum(lengths[b].max() * lengths[b].sum() for b in batches) / real)
+        fpt = flops_per_token(res.model, mean_t)
+        gf = tps * fpt / 1e9
+        metrics.update({
+            f"{name}_preset": preset, f"{name}_parameters": res.metrics["parameters"],
+            f"{name}_vocab_size": len(res.vocab), f"{name}_tokens_per_s": tps, f"{name}_flops_per_token": fpt,
+            f"{name}_gflop_per_s": gf, f"{name}_fraction_of_matmul": gf / rate,
+            f"{name}_padding_fraction": float(1 - real / padded), f"{name}_mean_padded_len": mean_t,
+            f"{name}_ami_epoch_s": tokens_total / tps,
+        })
+    return metrics

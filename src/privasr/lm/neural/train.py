@@ -1,0 +1,769 @@
+"""Training neural LMs: from scratch, fine-tuned from a checkpoint, or with all but the output layer frozen.
+
+:func:`train_lm` is the Python entry point and ``privasr lm train-neural`` the command line. What it does:
+
+* **Data.** Sentences (lists of words; a string is split on whitespace) are encoded with the vocabulary — built
+  from the training text (``max_vocab``, ``min_count``; other words become ``<unk>``), or the checkpoint's
+  vocabulary when fine-tuning from ``init`` (the new text is encoded with it and its OOVs become ``<unk>``: the
+  model and its softmax are not resized; the OOV rates are reported). A sentence is the input
+  ``<s> w1 .. wn`` with targets ``w1 .. wn </s>``; one longer than ``max_len`` tokens is cut into windows of
+  ``max_len`` (a later window's first input is the previous window's last target; context does not cross
+  windows).
+* **Batches** are padded batches of ``batch_size`` whole sentences (not a packed stream: an ASR LM scores
+  sentences independently, so it is trained the same way). Each epoch shuffles with a generator seeded by
+  ``(seed, epoch)``; with ``bucket`` the shuffled sentences are sorted by length within pools of
+  ``50 * batch_size`` and the batches shuffled again, which cuts padding. Padding is ignored by the loss.
+* **Optimisation**: Adam (``optimizer="adam"``, with ``weight_decay`` as AdamW) or SGD (``momentum``); linear
+  warm-up over ``warmup_steps``, then a ``constant``, ``cosine`` (to 0 at the last step) or ``plateau``
+  (multiply by ``lr_decay`` after each validation that does not improve) schedule; gradient clipping at
+  ``clip_norm`` (0 = off); mixed precision (bf16, else fp16 with loss scaling) only on CUDA (``amp``).
+* **Validation** perplexity after every epoch and every ``valid_every`` steps: per token, over the words and
+  ``</s>``, with OOV words scored as ``<unk>`` (so it is not comparable with an n-gram perplexity that leaves
+  OOVs out). Early stopping after ``patience`` validations without improvement (0 = never). The best model is
+  kept (``best.pt``) and the latest state (``last.pt``, with optimizer, schedule, RNG states and counters) is
+  saved at each validation; ``resume=True`` continues from ``last.pt`` and ends with the same model as an
+  uninterrupted run (deterministic on CPU).
+* **Frozen layers** (paper 003, 2.3): ``freeze="output"`` trains only ``model.output_layers()`` (the output
+  projection and its bias); every other parameter stays bit-identical. ``freeze="none"`` trains everything.
+* ``out_dir/results.json`` (:func:`privasr.results.write_results`) records the config, seed, version and
+  metrics: train and valid perplexity per epoch, the validation history, the best valid perplexity, tokens/s.
+
+>>> sents = [["a", "b"], ["b", "a", "b"]] * 8
+>>> res = train_lm(sents, sents[:4], NeuralLMConfig.preset("tiny-lstm"),
+...                TrainOptions(max_epochs=2, batch_size=4, lr=0.01), progress=False)
+>>> len(res.epochs), res.best_valid_ppl < len(res.vocab)
+(2, True)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from privasr.errors import ConfigError, InputError
+from privasr.lm.neural.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from privasr.lm.neural.models import LstmLM, NeuralLMConfig, TransformerLM, build_model
+from privasr.lm.neural.vocab import Vocabulary
+
+__all__ = ["TrainOptions", "TrainResult", "train_lm", "encode_sentences", "make_batch", "evaluate_ppl",
+           "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "set_num_threads"]
+
+FREEZE_CHOICES = ("none", "output")
+#: training options that may differ between an interrupted run and its ``resume`` (they only decide when to stop)
+RESUMABLE_CHANGES = frozenset({"max_epochs", "max_steps", "patience"})
+_IGNORE = -100
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How to train (validated on creation).
+
+    Attributes:
+        batch_size: sentences per batch.
+        max_epochs: passes over the training text.
+        max_steps: stop after this many updates (0 = no limit).
+        optimizer: ``"adam"`` (AdamW when ``weight_decay`` > 0) or ``"sgd"``.
+        lr: peak learning rate.
+        weight_decay: decoupled weight decay (Adam) or L2 (SGD).
+        momentum: SGD momentum.
+        schedule: ``"constant"``, ``"cosine"`` or ``"plateau"``.
+        warmup_steps: linear warm-up updates.
+        lr_decay: the plateau schedule's factor.
+        clip_norm: gradient norm clipping threshold (0 = off).
+        valid_every: validate every this many updates as well as after each epoch (0 = after epochs only).
+        patience: stop after this many validations in a row without a new best (0 = never stop early).
+        max_vocab: vocabulary size limit including ``<unk> <s> </s>`` (``None`` = all words).
+        min_count: words seen fewer times in the training text are ``<unk>``.
+        bucket: sort sentences by length within pools before batching (less padding).
+        amp: mixed precision on CUDA (ignored on CPU).
+        eval_batch_size: sentences per batch when computing perplexity.
+    """
+
+    batch_size: int = 32
+    max_epochs: int = 10
+    max_steps: int = 0
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    schedule: str = "plateau"
+    warmup_steps: int = 0
+    lr_decay: float = 0.5
+    clip_norm: float = 1.0
+    valid_every: int = 0
+    patience: int = 3
+    max_vocab: int | None = None
+    min_count: int = 1
+    bucket: bool = True
+    amp: bool = True
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ConfigError(f"{f.name}={v!r}", expected="an integer")
+            if f.type == "float":
+                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                    raise ConfigError(f"{f.name}={v!r}", expected="a number")
+                object.__setattr__(self, f.name, float(v))
+            if f.type == "bool" and not isinstance(v, bool):
+                raise ConfigError(f"{f.name}={v!r}", expected="true or false")
+        for name in ("batch_size", "max_epochs", "eval_batch_size", "min_count"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}", expected="a positive integer")
+        for name in ("max_steps", "warmup_steps", "valid_every", "patience"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)}", expected="0 or more")
+        for name in ("weight_decay", "momentum", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)}", expected="0 or more")
+        if self.lr <= 0:
+            raise ConfigError(f"lr={self.lr}", expected="a positive learning rate")
+        if not 0 < self.lr_decay <= 1:
+            raise ConfigError(f"lr_decay={self.lr_decay}", expected="a factor in (0, 1]")
+        if self.optimizer not in ("adam", "sgd"):
+            raise ConfigError(f"optimizer={self.optimizer!r}", expected="adam or sgd")
+        if self.schedule not in ("constant", "cosine", "plateau"):
+            raise ConfigError(f"schedule={self.schedule!r}", expected="constant, cosine or plateau")
+        if self.max_vocab is not None and (isinstance(self.max_vocab, bool) or not isinstance(self.max_vocab, int)
+                                           or self.max_vocab < 3):
+            raise ConfigError(f"max_vocab={self.max_vocab!r}", expected="an integer of at least 3, or null")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainOptions:
+        """Inverse of :meth:`to_dict`; unknown keys are a :class:`ConfigError`.
+
+        >>> TrainOptions.from_dict({"lr": 1}).lr
+        1.0
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError("the training options are not a mapping", expected="key: value pairs")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown training option(s) {unknown}", expected=f"some of {sorted(names)}")
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> TrainOptions:
+        """A copy with ``changes`` applied (validated)."""
+        return self.from_dict({**self.to_dict(), **changes})
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_lm` returns.
+
+    Attributes:
+        model: the best model (lowest validation perplexity), in eval mode.
+        vocab, config, options: what it was trained with (``config.vocab_size`` filled in).
+        epochs: one dict per completed epoch (``epoch``, ``train_ppl``, ``valid_ppl``, ``lr``, ``steps``).
+        history: every validation (``epoch``, ``step``, ``valid_ppl``, ``lr``).
+        best_valid_ppl, best_epoch, best_step: the best validation and when it happened (``best_epoch`` counts
+            epochs done, fractional for a validation within an epoch).
+        initial_valid_ppl: the validation perplexity before training.
+        steps: updates made; tokens_per_s: training tokens (targets, no padding) per second of training.
+        stopped_early: whether early stopping ended the run.
+        metrics: the metrics written to ``results.json``.
+        out_dir: where checkpoints and results went (``None``: nothing written).
+    """
+
+    model: TransformerLM | LstmLM
+    vocab: Vocabulary
+    config: NeuralLMConfig
+    options: TrainOptions
+    epochs: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    best_valid_ppl: float
+    best_epoch: float
+    best_step: int
+    initial_valid_ppl: float
+    steps: int
+    tokens_per_s: float
+    stopped_early: bool
+    metrics: dict[str, Any] = field(default_factory=dict)
+    out_dir: Path | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------------------------
+def _words(sentences: Sequence[Sequence[str] | str], what: str) -> list[Sequence[str]]:
+    out: list[Sequence[str]] = []
+    for i, s in enumerate(sentences, 1):
+        if isinstance(s, str):
+            s = s.split()
+        elif not all(isinstance(w, str) for w in s):
+            raise InputError(f"{what} sentence {i} is not a list of words", expected="lists of strings")
+        out.append(s)
+    if not out:
+        raise InputError(f"the {what} text has no sentences", expected="at least one sentence")
+    return out
+
+
+def encode_sentences(vocab: Vocabulary, sentences: Sequence[Sequence[str]], max_len: int) -> list[np.ndarray]:
+    """Token sequences ``<s> w1 .. wn </s>`` as id arrays, cut into windows of at most ``max_len + 1`` ids.
+
+    Each array gives ``max_len`` or fewer (input, target) pairs: inputs ``a[:-1]``, targets ``a[1:]``.
+
+    >>> v = Vocabulary.build([["a", "b"]])
+    >>> [a.tolist() for a in encode_sentences(v, [["a", "b", "a"]], max_len=2)]
+    [[1, 3, 4], [4, 3, 2]]
+    """
+    out: list[np.ndarray] = []
+    for s in sentences:
+        ids = np.array([vocab.bos_id, *vocab.encode(s), vocab.eos_id], dtype=np.int64)
+        for start in range(0, len(ids) - 1, max_len):
+            out.append(ids[start:start + max_len + 1])
+    return out
+
+
+def make_batch(seqs: Sequence[np.ndarray], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded ``(inputs, targets)`` ``[B, T]`` of encoded sequences; padded targets are -100 (ignored).
+
+    >>> x, y = make_batch([np.array([1, 3, 2]), np.array([1, 2])])
+    >>> x.tolist(), y.tolist()
+    ([[1, 3], [1, 0]], [[3, 2], [2, -100]])
+    """
+    t = max(len(s) for s in seqs) - 1
+    x = np.zeros((len(seqs), t), dtype=np.int64)
+    y = np.full((len(seqs), t), _IGNORE, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        x[i, : len(s) - 1] = s[:-1]
+        y[i, : len(s) - 1] = s[1:]
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def _epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, bucket: bool) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, epoch])
+    perm = rng.permutation(len(lengths))
+    if not bucket:
+        return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+    pool = 50 * batch_size
+    batches: list[np.ndarray] = []
+    for lo in range(0, len(perm), pool):
+        chunk = perm[lo:lo + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
+def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    if amp_dtype is None:
+        return torch.autocast(device_type=device.type, enabled=False)
+    return torch.autocast(device_type=device.type, dtype=amp_dtype)
+
+
+@torch.no_grad()
+def evaluate_ppl(model: nn.Module, seqs: Sequence[np.ndarray], *, batch_size: int = 64,
+                 device: torch.device | str = "cpu", amp_dtype: torch.dtype | None = None) -> tuple[float, int]:
+    """Perplexity (natural-log based, per target token) of encoded sequences and the number of tokens.
+
+    The model is put in eval mode and left there.
+    """
+    model.eval()
+    device = torch.device(device)
+    order = np.argsort([len(s) for s in seqs], kind="stable")
+    total, count = 0.0, 0
+    for lo in range(0, len(order), batch_size):
+        x, y = make_batch([seqs[i] for i in order[lo:lo + batch_size]], device)
+        with _autocast(device, amp_dtype):
+            logits, _ = model(x)
+        total += float(F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=_IGNORE,
+                                       reduction="sum"))
+        count += int((y != _IGNORE).sum())
+    return (math.exp(total / count) if count else math.nan), count
+
+
+def _oov_rate(vocab: Vocabulary, sentences: Sequence[Sequence[str]]) -> float:
+    n = sum(len(s) for s in sentences)
+    oov = sum(1 for s in sentences for w in s if w not in vocab or w == "<unk>")
+    return oov / n if n else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------------------------------------------
+def set_num_threads(n: int) -> None:
+    """Set torch's CPU thread count (for callers that must not import torch themselves)."""
+    torch.set_num_threads(n)
+
+
+def _resolve_device(device: str) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={device!r}", expected="cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but CUDA is not available", expected="device=cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r}", expected="cpu or cuda[:N]")
+    return dev
+
+
+def _rng_state(dev: torch.device) -> dict[str, Any]:
+    st: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if dev.type == "cuda":
+        st["cuda"] = torch.cuda.get_rng_state(dev)
+    return st
+
+
+def _set_rng_state(st: Mapping[str, Any], dev: torch.device) -> None:
+    torch.set_rng_state(st["torch"].cpu())
+    if dev.type == "cuda" and "cuda" in st:
+        torch.cuda.set_rng_state(st["cuda"].cpu(), dev)
+
+
+class _Progress:
+    """Rich progress bars on stderr, or nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.p = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                              console=Console(stderr=True))
+
+    def __enter__(self) -> _Progress:
+        if self.p is not None:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.p is not None:
+            self.p.__exit__(*exc)
+
+    def task(self, description: str, total: int, completed: int = 0) -> Any:
+        return None if self.p is None else self.p.add_task(description, total=total, completed=completed, info="")
+
+    def update(self, task: Any, **kw: Any) -> None:
+        if self.p is not None and task is not None:
+            self.p.update(task, **kw)
+
+    def log(self, text: str) -> None:
+        if self.p is not None:
+            self.p.console.print(text, highlight=False)
+
+
+def _lr_factor(opts: TrainOptions, step: int, total_steps: int, plateau_scale: float) -> float:
+    f = min(1.0, step / opts.warmup_steps) if opts.warmup_steps else 1.0
+    if opts.schedule == "cosine":
+        f *= 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / max(1, total_steps))))
+    elif opts.schedule == "plateau":
+        f *= plateau_scale
+    return f
+
+
+def _load_init(init: str | os.PathLike[str] | Checkpoint) -> Checkpoint:
+    return init if isinstance(init, Checkpoint) else load_checkpoint(init)
+
+
+def train_lm(
+    train_sentences: Sequence[Sequence[str] | str],
+    valid_sentences: Sequence[Sequence[str] | str],
+    config: NeuralLMConfig | None,
+    train_options: TrainOptions | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+    init: str | os.PathLike[str] | Checkpoint | None = None,
+    freeze: str = "none",
+    seed: int = 0,
+    device: str = "cpu",
+    progress: bool = True,
+    *,
+    resume: bool = False,
+    data: Mapping[str, Any] | None = None,
+    on_validation: Callable[[dict[str, Any]], None] | None = None,
+) -> TrainResult:
+    """Train a neural LM (see the module docstring); returns the best model and the training record.
+
+    Args:
+        train_sentences, valid_sentences: tokenised sentences (or whitespace-separated strings).
+        config: the architecture; ``None`` with ``init`` (or ``resume``) takes the checkpoint's. With ``init`` a
+            given config may differ from the checkpoint's only in ``dropout``.
+        train_options: optimisation options (defaults: :class:`TrainOptions`).
+        out_dir: where ``best.pt``, ``last.pt`` and ``results.json`` go (``None``: write nothing).
+        init: a checkpoint (path or loaded) to fine-tune; its vocabulary is used.
+        freeze: ``"none"`` (train everything) or ``"output"`` (only ``model.output_layers()``).
+        seed: seeds the weights, dropout and the batch order.
+        device: ``"cpu"`` or ``"cuda[:N]"``.
+        progress: show rich progress bars on stderr.
+        resume: continue from ``out_dir/last.pt`` (same data, config, seed, freeze and options except
+            :data:`RESUMABLE_CHANGES`).
+        data: file fingerprints (or paths) recorded in ``results.json``.
+        on_validation: called with each validation record (for logging or experiment hooks).
+    """
+    opts = train_options or TrainOptions()
+    if freeze not in FREEZE_CHOICES:
+        raise ConfigError(f"freeze={freeze!r}", expected=" or ".join(FREEZE_CHOICES))
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed={seed!r}", expected="an integer")
+    dev = _resolve_device(device)
+    out = Path(out_dir) if out_dir is not None else None
+    train_words = _words(train_sentences, "training")
+    valid_words = _words(valid_sentences, "validation")
+
+    resumed: Checkpoint | None = None
+    init_ck: Checkpoint | None = None
+    if resume:
+        if out is None:
+            raise ConfigError("resume needs out_dir (where last.pt is)")
+        resumed = load_checkpoint(out / "last.pt")
+        if resumed.train_state is None:
+            raise InputError("the checkpoint has no training state to resume from", path=out / "last.pt")
+        vocab, model_cfg = resumed.vocab, resumed.config
+        saved = resumed.extra.get("run", {})
+        if config is not None and config.replace(vocab_size=model_cfg.vocab_size) != model_cfg:
+            raise ConfigError("resume: the model config differs from the one in last.pt")
+        changed = {k for k, v in opts.to_dict().items() if saved.get("train", {}).get(k) != v}
+        if changed - RESUMABLE_CHANGES:
+            raise ConfigError(f"resume: training options {sorted(changed - RESUMABLE_CHANGES)} differ from the "
+                              f"interrupted run's", expected=f"only {sorted(RESUMABLE_CHANGES)} may change")
+        if saved.get("seed") != seed or saved.get("freeze") != freeze:
+            raise ConfigError(f"resume: seed/freeze ({seed}, {freeze}) differ from the interrupted run's "
+                              f"({saved.get('seed')}, {saved.get('freeze')})")
+    elif init is not None:
+        init_ck = _load_init(init)
+        vocab = init_ck.vocab
+        model_cfg = init_ck.config
+        if config is not None:
+            cfg = config.replace(vocab_size=model_cfg.vocab_size)
+            if cfg.replace(dropout=model_cfg.dropout) != model_cfg:
+                diff = sorted(k for k, v in cfg.to_dict().items() if model_cfg.to_dict()[k] != v and k != "dropout")
+                raise ConfigError(f"the model config differs from the --init checkpoint's in {diff}",
+                                  expected="the checkpoint's architecture (only dropout may change)")
+            model_cfg = cfg
+    else:
+        if config is None:
+            raise ConfigError("a model config is needed to train from scratch")
+        vocab = Vocabulary.build(train_words, max_size=opts.max_vocab, min_count=opts.min_count)
+        model_cfg = config.replace(vocab_size=0) if config.vocab_size != len(vocab) else config
+
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = build_model(model_cfg, vocab)
+    model_cfg = model.config
+    if resumed is not None:
+        model.load_state_dict(resumed.model.state_dict())
+    elif init_ck is not None:
+        model.load_state_dict(init_ck.model.state_dict())
+    model.to(dev)
+
+    if freeze == "output":
+        keep = {id(p) for layer in model.output_layers() for p in layer.parameters()}
+        for p in model.parameters():
+            p.requires_grad_(id(p) in keep)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if opts.optimizer == "adam":
+        optim: torch.optim.Optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay) \
+            if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr)
+    else:
+        optim = torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
+
+    amp_dtype: torch.dtype | None = None
+    scaler = None
+    if dev.type == "cuda" and opts.amp:
+        if torch.cuda.is_bf16_supported():
+            amp_dtype = torch.bfloat16
+        else:
+            amp_dtype = torch.float16
+            scaler = torch.amp.GradScaler("cuda")
+
+    train_seqs = encode_sentences(vocab, train_words, model_cfg.max_len)
+    valid_seqs = encode_sentences(vocab, valid_words, model_cfg.max_len)
+    lengths = np.array([len(s) - 1 for s in train_seqs])
+    n_batches = math.ceil(len(train_seqs) / opts.batch_size)
+    total_steps = opts.max_steps or opts.max_epochs * n_batches
+
+    run_info = {"train": opts.to_dict(), "seed": seed, "freeze": freeze, "device": str(dev),
+                "init": None if init is None else str(init) if not isinstance(init, Checkpoint)
+                else str(init.path or "<checkpoint object>")}
+    if resumed is not None:
+        st = copy.deepcopy(resumed.train_state)
+        optim.load_state_dict(st.pop("optimizer"))
+        if scaler is not None and "scaler" in st:
+            scaler.load_state_dict(st.pop("scaler"))
+        st.pop("scaler", None)
+        run_info["init"] = resumed.extra.get("run", {}).get("init")
+        best_path = out / "best.pt"  # type: ignore[operator]
+        best_state = load_checkpoint(best_path).model.state_dict() if best_path.exists() else None
+        _set_rng_state(st.pop("rng"), dev)
+    else:
+        initial, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev,
+                                  amp_dtype=amp_dtype)
+        st = {"epoch": 0, "batch": 0, "step": 0, "best_ppl": math.inf, "best_epoch": 0, "best_step": 0,
+              "bad": 0, "plateau": 1.0, "history": [], "epochs": [], "loss_sum": 0.0, "loss_tokens": 0,
+              "train_time": 0.0, "train_tokens": 0, "stopped_early": False, "initial_ppl": initial,
+              "done": False}
+        best_state = None
+
+    def checkpoint_extra() -> dict[str, Any]:
+        return {"run": run_info, "epoch": st["epoch"], "step": st["step"], "best_valid_ppl": st["best_ppl"]}
+
+    def validate() -> None:
+        nonlocal best_state
+        ppl, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev, amp_dtype=amp_dtype)
+        model.train()
+        rec = {"epoch": st["epoch"] + st["batch"] / n_batches, "step": st["step"], "valid_ppl": ppl,
+               "lr": optim.param_groups[0]["lr"]}
+        st["history"].append(rec)
+        if ppl < st["best_ppl"]:
+            st.update(best_ppl=ppl, best_epoch=rec["epoch"], best_step=st["step"], bad=0)
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            if out is not None:
+                save_checkpoint(out / "best.pt", model, vocab, model_cfg, extra=checkpoint_extra())
+        else:
+            st["bad"] += 1
+            if opts.schedule == "plateau":
+                st["plateau"] *= opts.lr_decay
+            if opts.patience and st["bad"] >= opts.patience:
+                st["stopped_early"] = True
+        if on_validation is not None:
+            on_validation(dict(rec))
+
+    def save_last() -> None:
+        if out is None:
+            return
+        ts = {**st, "optimizer": optim.state_dict(), "rng": _rng_state(dev)}
+        if scaler is not None:
+            ts["scaler"] = scaler.state_dict()
+        save_checkpoint(out / "last.pt", model, vocab, model_cfg, extra=checkpoint_extra(), train_state=ts)
+
+    model.train()
+    bar = _Progress(progress)
+    with bar:
+        # A resumed run may go on past where the interrupted one stopped (a larger max_epochs or max_steps).
+        while not st["stopped_early"] and st["epoch"] < opts.max_epochs \
+                and not (opts.max_steps and st["step"] >= opts.max_steps):
+            batches = _epoch_batches(lengths, opts.batch_size, seed, st["epoch"], opts.bucket)
+            task = bar.task(f"epoch {st['epoch'] + 1}/{opts.max_epochs}", len(batches), st["batch"])
+            validated_here = False
+            while st["batch"] < len(batches):
+                if opts.max_steps and st["step"] >= opts.max_steps:
+                    break
+                t0 = time.perf_counter()
+                x, y = make_batch([train_seqs[i] for i in batches[st["batch"]]], dev)
+                ntok = int((y != _IGNORE).sum())
+                st["step"] += 1
+                lr = opts.lr * _lr_factor(opts, st["step"], total_steps, st["plateau"])
+                for g in optim.param_groups:
+                    g["lr"] = lr
+                with _autocast(dev, amp_dtype):
+                    logits, _ = model(x)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=_IGNORE,
+                                       reduction="sum") / max(1, ntok)
+                optim.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optim)
+                else:
+                    loss.backward()
+                if opts.clip_norm:
+                    torch.nn.utils.clip_grad_norm_(params, opts.clip_norm)
+                if scaler is not None:
+                    scaler.step(optim)
+                    scaler.update()
+                else:
+                    optim.step()
+                lv = float(loss.detach())
+                if not math.isfinite(lv):
+                    raise InputError(f"the training loss became {lv} at step {st['step']}",
+                                     expected="a smaller learning rate or gradient clipping")
+                st["train_time"] += time.perf_counter() - t0
+                st["train_tokens"] += ntok
+                st["loss_sum"] += lv * ntok
+                st["loss_tokens"] += ntok
+                st["batch"] += 1
+                tps = st["train_tokens"] / max(st["train_time"], 1e-9)
+                bar.update(task, completed=st["batch"],
+                           info=f"ppl {math.exp(st['loss_sum'] / st['loss_tokens']):8.2f}  lr {lr:.2e}  "
+                                f"{tps:,.0f} tok/s")
+                validated_here = False
+                if opts.valid_every and st["step"] % opts.valid_every == 0 and st["batch"] < len(batches):
+                    validate()
+                    validated_here = True
+                    save_last()
+                    if st["stopped_early"]:
+                        break
+            if st["stopped_early"] and st["batch"] < len(batches):
+                break
+            if st["batch"] < len(batches):  # max_steps reached mid-epoch: no unscheduled validation (resume
+                if not validated_here:     # must see the same schedule state as an uninterrupted run)
+                    save_last()
+                break
+            # end of epoch
+            train_ppl = math.exp(st["loss_sum"] / st["loss_tokens"]) if st["loss_tokens"] else math.nan
+            st["epoch"] += 1
+            st["batch"] = 0
+            validate()
+            st["epochs"].append({"epoch": st["epoch"], "train_ppl": train_ppl,
+                                 "valid_ppl": st["history"][-1]["valid_ppl"], "lr": optim.param_groups[0]["lr"],
+                                 "steps": st["step"]})
+            bar.log(f"epoch {st['epoch']}: train ppl {train_ppl:.2f}, valid ppl "
+                    f"{st['history'][-1]['valid_ppl']:.2f} (best {st['best_ppl']:.2f})")
+            st["loss_sum"], st["loss_tokens"] = 0.0, 0
+            save_last()
+
+    # The final model's validation perplexity (the last scheduled validation, or a fresh one that changes no
+    # training state). With no scheduled validation yet (max_steps before the first), the final model is "best".
+    if st["history"] and st["history"][-1]["step"] == st["step"]:
+        final_ppl = st["history"][-1]["valid_ppl"]
+    else:
+        final_ppl, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev,
+                                    amp_dtype=amp_dtype)
+    best_ppl, best_epoch, best_step = st["best_ppl"], st["best_epoch"], st["best_step"]
+    if best_state is None:
+        best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        best_ppl, best_epoch, best_step = final_ppl, st["epoch"] + st["batch"] / n_batches, st["step"]
+        if out is not None:
+            save_checkpoint(out / "best.pt", model, vocab, model_cfg, extra=checkpoint_extra())
+    with torch.device("cpu"):
+        best = build_model(model_cfg, vocab)
+    best.load_state_dict(best_state)
+    best.to(dev).eval()
+
+    tokens_per_s = st["train_tokens"] / st["train_time"] if st["train_time"] else math.nan
+    n_params = sum(p.numel() for p in model.parameters())
+    metrics = {
+        "train_ppl": [e["train_ppl"] for e in st["epochs"]],
+        "valid_ppl": [e["valid_ppl"] for e in st["epochs"]],
+        "best_valid_ppl": best_ppl, "best_epoch": best_epoch, "best_step": best_step,
+        "final_valid_ppl": final_ppl, "valid_ppl_initial": st["initial_ppl"], "epochs_completed": st["epoch"], "steps": st["step"],
+        "stopped_early": st["stopped_early"], "tokens_per_s": tokens_per_s, "train_seconds": st["train_time"],
+        "train_tokens": st["train_tokens"], "vocab_size": len(vocab), "parameters": n_params,
+        "trainable_parameters": sum(p.numel() for p in params),
+        "train_oov_rate": _oov_rate(vocab, train_words), "valid_oov_rate": _oov_rate(vocab, valid_words),
+        "valid_tokens": sum(len(s) - 1 for s in valid_seqs), "history": st["history"], "epochs": st["epochs"],
+    }
+    if out is not None:
+        from privasr.results import write_results
+
+        write_results(out, config={"model": model_cfg.to_dict(), **run_info}, seed=seed, metrics=metrics,
+                      data=data)
+    return TrainResult(model=best, vocab=vocab, config=model_cfg, options=opts, epochs=list(st["epochs"]),
+                       history=list(st["history"]), best_valid_ppl=best_ppl, best_epoch=best_epoch,
+                       best_step=best_step, initial_valid_ppl=st["initial_ppl"], steps=st["step"],
+                       tokens_per_s=tokens_per_s, stopped_early=st["stopped_early"], metrics=metrics, out_dir=out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# configuration from files and --set overrides (the command line)
+# ---------------------------------------------------------------------------------------------------------------
+_MODEL_KEYS = frozenset(f.name for f in dataclasses.fields(NeuralLMConfig))
+_TRAIN_KEYS = frozenset(f.name for f in dataclasses.fields(TrainOptions))
+
+
+def parse_overrides(items: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``key=value`` strings into (model, train) override dicts; values are YAML (``0.1``, ``true``, ``[1, 2]``).
+
+    A key is ``model.NAME``, ``train.NAME`` or a bare ``NAME`` of either (the names do not overlap).
+
+    >>> parse_overrides(["layers=1", "train.lr=0.01", "char_filters=[[1, 4]]"])
+    ({'layers': 1, 'char_filters': [[1, 4]]}, {'lr': 0.01})
+    """
+    import yaml
+
+    model: dict[str, Any] = {}
+    train: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r} is not key=value", expected="e.g. --set layers=2 or train.lr=0.01")
+        section, _, name = key.rpartition(".")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML") from None
+        if section == "model" or (not section and name in _MODEL_KEYS):
+            if name not in _MODEL_KEYS:
+                raise ConfigError(f"--set {item!r}: no model option {name!r}", expected=f"one of {sorted(_MODEL_KEYS)}")
+            model[name] = parsed
+        elif section == "train" or (not section and name in _TRAIN_KEYS):
+            if name not in _TRAIN_KEYS:
+                raise ConfigError(f"--set {item!r}: no training option {name!r}",
+                                  expected=f"one of {sorted(_TRAIN_KEYS)}")
+            train[name] = parsed
+        else:
+            raise ConfigError(f"--set {item!r}: unknown option {key!r}",
+                              expected=f"model.* ({sorted(_MODEL_KEYS)}) or train.* ({sorted(_TRAIN_KEYS)})")
+    return model, train
+
+
+def load_run_config(config_file: str | os.PathLike[str] | None = None, preset: str | None = None,
+                    overrides: Sequence[str] = (), init_config: NeuralLMConfig | None = None,
+                    ) -> tuple[NeuralLMConfig, TrainOptions]:
+    """The model config and training options of ``privasr lm train-neural``.
+
+    ``config_file`` (YAML or JSON) may hold ``preset: NAME``, ``model: {...}`` and ``train: {...}``; ``preset``
+    overrides the file's preset, then the file's ``model`` keys and the ``overrides`` apply. With
+    ``init_config`` (fine-tuning) the architecture is the checkpoint's: no preset is allowed and only
+    ``dropout`` may be overridden.
+
+    >>> cfg, opts = load_run_config(preset="tiny-lstm", overrides=["layers=1", "lr=0.1"])
+    >>> cfg.layers, opts.lr
+    (1, 0.1)
+    """
+    data: dict[str, Any] = {}
+    where = None
+    if config_file is not None:
+        import yaml
+
+        from privasr.corpus.textio import read_text
+
+        where = Path(config_file)
+        try:
+            data = yaml.safe_load(read_text(where)) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"not valid YAML/JSON: {e}", path=where) from None
+        if not isinstance(data, dict):
+            raise ConfigError("the config is not a mapping", path=where, expected="preset/model/train keys")
+        unknown = sorted(set(data) - {"preset", "model", "train"})
+        if unknown:
+            raise ConfigError(f"unknown top-level key(s) {unknown}", path=where, expected="preset, model, train")
+    model_set, train_set = parse_overrides(overrides)
+    try:
+        file_model = dict(data.get("model") or {})
+        train_opts = TrainOptions.from_dict({**dict(data.get("train") or {}), **train_set})
+        name = preset or data.get("preset")
+        if init_config is not None:
+            changed = {**file_model, **model_set}
+            if name is not None or set(changed) - {"dropout"}:
+                raise ConfigError("fine-tuning (--init) keeps the checkpoint's architecture: give no preset and "
+                                  f"no model options but dropout (got preset={name!r}, {sorted(changed)})")
+            return init_config.replace(**changed), train_opts
+        if name is None and not file_model:
+            raise ConfigError("no model: give --preset NAME or a config file with preset/model",
+                              expected="e.g. --preset small-transformer")
+        base = NeuralLMConfig.preset(name).to_dict() if name is not None else {}
+        return NeuralLMConfig.from_dict({**base, **file_model, **model_set}), train_opts
+    except ConfigError as e:
+        if where is None or e.path is not None:
+            raise
+        raise ConfigError(e.message, path=where, expected=e.expected) from None

@@ -1,0 +1,321 @@
+"""Prefix tries over token-id sequences, for scoring many sentences with shared prefixes once.
+
+The N-best hypotheses of an utterance (and often of several utterances) share prefixes. A neural LM's
+output after a prefix depends only on that prefix, so scoring a batch of sentences needs one forward
+step per *distinct prefix*: the nodes of a :class:`PrefixTrie`. Node 0 is the root (the empty prefix,
+fed as ``<s>``); every other node is one prefix, stored as its parent (the prefix one token shorter),
+its last token and its depth (the prefix length, which is also the token's input position).
+
+Nodes are numbered in depth-first preorder (children in increasing token order), so the subtree of node
+``n`` is the contiguous range ``n .. n + size[n] - 1``; :meth:`PrefixTrie.levels` groups nodes by depth
+for recurrent models, and :meth:`PrefixTrie.segments` cuts the trie into ancestor-closed pieces of bounded
+length that :func:`pack_rows` packs into rows for a Transformer with a tree attention mask
+(:meth:`PackedRows.attention`).
+
+>>> t = PrefixTrie.build([[5, 6], [5, 7], [5, 6], []])
+>>> len(t), t.parent.tolist(), t.token.tolist(), t.depth.tolist()
+(4, [-1, 0, 1, 1], [-1, 5, 6, 7], [0, 1, 2, 2])
+>>> t.ends.tolist(), t.path(1).tolist()
+([2, 3, 2, 0], [0, 1, 3])
+>>> [s.tolist() for s in t.segments(3)]
+[[0, 1, 2], [0, 1, 3]]
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["PrefixTrie", "PackedRows", "pack_rows", "best_fit"]
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True)
+class PrefixTrie:
+    """Every distinct prefix of a set of sequences, once.
+
+    Attributes:
+        parent: parent node of each node (int64 ``[N]``; ``-1`` for the root).
+        token: last token of each node's prefix (int64 ``[N]``; ``root_token`` for the root).
+        depth: prefix length of each node (int64 ``[N]``; 0 for the root).
+        size: number of nodes in each node's subtree, itself included (int64 ``[N]``).
+        ends: node of each input sequence's full prefix (int64 ``[S]``, input order; duplicates share one).
+        lengths: length of each input sequence (int64 ``[S]``).
+    """
+
+    parent: np.ndarray = field(repr=False)
+    token: np.ndarray = field(repr=False)
+    depth: np.ndarray = field(repr=False)
+    size: np.ndarray = field(repr=False)
+    ends: np.ndarray = field(repr=False)
+    lengths: np.ndarray = field(repr=False)
+
+    @classmethod
+    def build(cls, sequences: Sequence[Sequence[int]], *, root_token: int = -1) -> PrefixTrie:
+        """The trie of all prefixes (the empty one included) of ``sequences``.
+
+        Built by inserting the distinct sequences in sorted order, so each node is created once, in
+        preorder, by extending the previous sequence's path past their common prefix.
+
+        >>> t = PrefixTrie.build([(1, 2, 3), (1, 2), (4,)], root_token=0)
+        >>> t.token.tolist(), t.size.tolist(), t.ends.tolist()
+        ([0, 1, 2, 3, 4], [5, 3, 2, 1, 1], [3, 2, 4])
+        """
+        keys = [s if isinstance(s, tuple) else tuple(int(x) for x in s) for s in sequences]
+        parent, token, depth = [-1], [root_token], [0]
+        end_of: dict[tuple[int, ...], int] = {}
+        path = [0]  # path[d]: node of the previous sequence's prefix of length d
+        prev: tuple[int, ...] = ()
+        for s in sorted(set(keys)):
+            n = min(len(prev), len(s))
+            lcp = 0
+            while lcp < n and prev[lcp] == s[lcp]:
+                lcp += 1
+            del path[lcp + 1:]
+            for tok in s[lcp:]:
+                parent.append(path[-1])
+                token.append(tok)
+                depth.append(len(path))
+                path.append(len(parent) - 1)
+            end_of[s] = path[-1]
+            prev = s
+        par = np.asarray(parent, dtype=np.int64)
+        dep = np.asarray(depth, dtype=np.int64)
+        size = np.ones(len(par), dtype=np.int64)
+        order = np.argsort(dep, kind="stable")
+        bounds = np.searchsorted(dep[order], np.arange(int(dep.max(initial=0)) + 2))
+        for d in range(len(bounds) - 2, 0, -1):  # deepest level first: add each level into its parents
+            nodes = order[bounds[d]:bounds[d + 1]]
+            np.add.at(size, par[nodes], size[nodes])
+        ends = np.fromiter((end_of[k] for k in keys), dtype=np.int64, count=len(keys))
+        lens = np.fromiter((len(k) for k in keys), dtype=np.int64, count=len(keys))
+        return cls(_ro(par), _ro(np.asarray(token, dtype=np.int64)), _ro(dep), _ro(size), _ro(ends), _ro(lens))
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    def path(self, i: int) -> np.ndarray:
+        """Nodes of sequence ``i``'s prefixes of length ``0 .. lengths[i]`` (root first).
+
+        >>> PrefixTrie.build([[3, 1]]).path(0).tolist()
+        [0, 1, 2]
+        """
+        n = int(self.lengths[i])
+        out = np.empty(n + 1, dtype=np.int64)
+        node = int(self.ends[i])
+        for d in range(n, -1, -1):
+            out[d] = node
+            node = int(self.parent[node])
+        return out
+
+    def paths(self) -> tuple[np.ndarray, np.ndarray]:
+        """All sequences' paths concatenated, and offsets: sequence ``i``'s path is ``flat[off[i]:off[i+1]]``.
+
+        Computed level by level (one vectorised step per depth), not node by node.
+
+        >>> flat, off = PrefixTrie.build([[1, 2], [1], []]).paths()
+        >>> flat.tolist(), off.tolist()
+        ([0, 1, 2, 0, 1, 0], [0, 3, 5, 6])
+        """
+        span = self.lengths + 1
+        off = np.zeros(len(span) + 1, dtype=np.int64)
+        np.cumsum(span, out=off[1:])
+        flat = np.empty(int(off[-1]), dtype=np.int64)
+        cur = self.ends.copy()
+        at = off[1:] - 1  # write position of each sequence's current node (filled from the end)
+        alive = np.ones(len(cur), dtype=bool)
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            flat[at[idx]] = cur[idx]
+            at[idx] -= 1
+            cur[idx] = self.parent[cur[idx]]
+            alive[idx] = cur[idx] >= 0
+        return flat, off
+
+    def levels(self) -> list[np.ndarray]:
+        """Nodes grouped by depth: ``levels()[d]`` are the nodes of depth ``d`` (increasing node order).
+
+        >>> [x.tolist() for x in PrefixTrie.build([[1, 2], [3]]).levels()]
+        [[0], [1, 3], [2]]
+        """
+        order = np.argsort(self.depth, kind="stable")
+        bounds = np.searchsorted(self.depth[order], np.arange(int(self.depth.max(initial=0)) + 2))
+        return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+    def children(self, n: int) -> list[int]:
+        """Children of node ``n`` (increasing token order), found by skipping subtrees in preorder.
+
+        >>> PrefixTrie.build([[1, 2], [1, 3], [4]]).children(0)
+        [1, 4]
+        """
+        out = []
+        c, stop = n + 1, n + int(self.size[n])
+        while c < stop:
+            out.append(c)
+            c += int(self.size[c])
+        return out
+
+    def ancestors(self, n: int) -> list[int]:
+        """Nodes from the root down to ``n``'s parent.
+
+        >>> PrefixTrie.build([[1, 2]]).ancestors(2)
+        [0, 1]
+        """
+        out = []
+        p = int(self.parent[n])
+        while p >= 0:
+            out.append(p)
+            p = int(self.parent[p])
+        return out[::-1]
+
+    def segments(self, max_len: int) -> list[np.ndarray]:
+        """Cut the trie into ancestor-closed node lists of at most ``max_len`` nodes each.
+
+        If the whole trie fits, it is the only segment. Otherwise, below a node ``n`` whose subtree is too
+        large, the child subtrees that fit are grouped by best-fit decreasing bin packing into segments of
+        ``n``'s path from the root followed by those whole subtrees (in preorder); children too large are split
+        the same way, one level down. So the ancestors of a split subtree are repeated in each of its segments:
+        every node is *owned* by the first segment it appears in (see :func:`pack_rows`), repeats are context
+        only. ``max_len`` must exceed the depth of the deepest node (a segment must hold a whole path).
+
+        >>> t = PrefixTrie.build([[1, 2, 3], [1, 2, 4], [1, 5], [6]])
+        >>> [s.tolist() for s in t.segments(4)]
+        [[0, 6], [0, 1, 5], [0, 1, 2, 3], [0, 1, 2, 4]]
+        """
+        if len(self) and int(self.depth.max()) + 1 > max_len:
+            raise ValueError(f"a path of {int(self.depth.max()) + 1} nodes does not fit segments of {max_len}")
+        size = self.size
+        if int(size[0]) <= max_len:
+            return [np.arange(len(self), dtype=np.int64)]
+        out: list[np.ndarray] = []
+        todo: list[tuple[int, list[int]]] = [(0, [0])]  # (node to split, path from the root to it)
+        while todo:
+            n, anc = todo.pop()
+            kids = self.children(n)
+            room = max_len - len(anc)
+            fit = [c for c in kids if int(size[c]) <= room]
+            prefix = np.asarray(anc, dtype=np.int64)
+            for group in best_fit([int(size[c]) for c in fit], room):
+                parts = [np.arange(c, c + int(size[c]), dtype=np.int64) for c in sorted(fit[i] for i in group)]
+                out.append(np.concatenate([prefix, *parts]))
+            todo.extend((c, [*anc, c]) for c in reversed(kids) if int(size[c]) > room)
+        return out
+
+
+def best_fit(sizes: Sequence[int], capacity: int) -> list[list[int]]:
+    """Best-fit decreasing bin packing: indices of ``sizes`` grouped into bins of total at most ``capacity``.
+
+    Each item (largest first) goes into the fullest bin it fits in, else a new bin. Bins are listed in the
+    order they were opened; items larger than ``capacity`` are an error.
+
+    >>> best_fit([5, 3, 4, 2, 6], 8)
+    [[4, 3], [0, 1], [2]]
+    """
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (room left, bin), sorted
+    for i in order:
+        sz = sizes[i]
+        if sz > capacity:
+            raise ValueError(f"an item of {sz} does not fit bins of {capacity}")
+        k = bisect.bisect_left(free, (sz, -1))
+        if k < len(free):
+            room, b = free.pop(k)
+        else:
+            room, b = capacity, len(bins)
+            bins.append([])
+        bins[b].append(i)
+        if room - sz > 0:
+            bisect.insort(free, (room - sz, b))
+    return bins
+
+
+def pack_rows(trie: PrefixTrie, segments: Sequence[np.ndarray], row_len: int) -> PackedRows:
+    """Pack segments into rows of at most ``row_len`` positions (:func:`best_fit` bin packing).
+
+    A row may hold several segments (several trees: the attention mask keeps them apart). Each node is
+    *owned* by its first position over all rows; later copies are context only.
+
+    >>> t = PrefixTrie.build([[1, 2], [1, 3], [4]])
+    >>> p = pack_rows(t, t.segments(3), 6)
+    >>> p.nodes.tolist(), p.parent_pos.tolist()
+    ([[0, 1, 2, 0, 1, 3], [0, 4, -1, -1, -1, -1]], [[-1, 0, 1, -1, 3, 4], [-1, 0, -1, -1, -1, -1]])
+    >>> p.own.astype(int).tolist()
+    [[1, 1, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0]]
+    """
+    if any(len(seg) > row_len for seg in segments):
+        raise ValueError(f"a segment of {max(map(len, segments))} nodes does not fit rows of {row_len}")
+    rows = [[segments[i] for i in sorted(b)] for b in best_fit([len(seg) for seg in segments], row_len)]
+    nodes = np.full((len(rows), row_len), -1, dtype=np.int64)
+    parent_pos = np.full((len(rows), row_len), -1, dtype=np.int64)
+    where = np.full(len(trie), -1, dtype=np.int64)
+    for r, row in enumerate(rows):
+        o = 0
+        for seg in row:
+            n = len(seg)
+            where[seg] = np.arange(o, o + n)
+            nodes[r, o:o + n] = seg
+            par = trie.parent[seg]
+            pp = where[np.maximum(par, 0)]
+            pp[par < 0] = -1
+            if ((pp < 0) != (par < 0)).any() or (pp >= o + n).any():
+                raise ValueError("a segment is not closed under ancestors (or lists a child before its parent)")
+            parent_pos[r, o:o + n] = pp
+            where[seg] = -1
+            o += n
+    flat = nodes.ravel()
+    valid = np.flatnonzero(flat >= 0)
+    first = np.full(len(trie), -1, dtype=np.int64)
+    first[flat[valid][::-1]] = valid[::-1]  # first position of each node (later writes win: reversed)
+    own = np.zeros(flat.shape, dtype=bool)
+    own[first[first >= 0]] = True
+    return PackedRows(nodes, parent_pos, own.reshape(nodes.shape), trie.depth[np.maximum(nodes, 0)] * (nodes >= 0))
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Trie nodes packed into rows for a Transformer with a tree attention mask.
+
+    Attributes:
+        nodes: node at each position (int64 ``[R, L]``; ``-1`` for padding).
+        parent_pos: position of each node's parent in the same row (``-1`` for roots and padding).
+        own: whether the position is its node's owner (its output is the one to use).
+        positions: depth of each node (its input position; 0 for padding).
+    """
+
+    nodes: np.ndarray = field(repr=False)
+    parent_pos: np.ndarray = field(repr=False)
+    own: np.ndarray = field(repr=False)
+    positions: np.ndarray = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def attention(self, rows: slice | np.ndarray | None = None) -> np.ndarray:
+        """Boolean mask ``[R, L, L]``: position ``i`` may attend to ``j`` when ``j`` is ``i`` or one of its
+        ancestors (padding attends to itself only). One vectorised step per tree level.
+
+        >>> t = PrefixTrie.build([[1, 2], [3]])
+        >>> pack_rows(t, [np.arange(4)], 5).attention()[0].astype(int).tolist()
+        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 0, 0, 1, 0], [0, 0, 0, 0, 1]]
+        """
+        pp = self.parent_pos if rows is None else self.parent_pos[rows]
+        r, length = pp.shape
+        mask = np.zeros((r, length, length), dtype=bool)
+        ri, ii = np.divmod(np.arange(r * length), length)
+        mask[ri, ii, ii] = True
+        cur = pp.ravel().copy()
+        live = np.flatnonzero(cur >= 0)
+        while live.size:
+            mask[ri[live], ii[live], cur[live]] = True
+            nxt = pp[ri[live], cur[live]]
+            cur[live] = nxt
+            live = live[nxt >= 0]
+        return mask

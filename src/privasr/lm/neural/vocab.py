@@ -1,0 +1,146 @@
+"""The word vocabulary of a neural language model: a frozen, ordered list of words with their ids.
+
+Ids ``0, 1, 2`` are always ``<unk>``, ``<s>`` and ``</s>`` (the n-gram code's convention); the other words
+follow, most frequent first, ties in alphabetical (code point) order, so a vocabulary built from the same
+text is always the same. Unknown words map to ``<unk>``.
+
+>>> v = Vocabulary.build([["a", "b", "a"], ["c", "a", "b"]])
+>>> v.words
+('<unk>', '<s>', '</s>', 'a', 'b', 'c')
+>>> v.encode(["a", "zz", "c"]), v.index("</s>"), "b" in v, "zz" in v, len(v)
+([3, 0, 5], 2, True, False, 6)
+>>> Vocabulary.from_json(v.to_json()) == v
+True
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from privasr.errors import InputError
+from privasr.lm.base import BOS, EOS, UNK
+
+__all__ = ["Vocabulary", "SPECIALS"]
+
+SPECIALS: tuple[str, str, str] = (UNK, BOS, EOS)
+_FORMAT = "privasr-vocab"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """An immutable word list; the position of a word is its id.
+
+    Args:
+        words: the words, ids ``0..V-1``; must start with ``<unk>``, ``<s>``, ``</s>`` and have no duplicates
+            or empty strings.
+    """
+
+    words: tuple[str, ...]
+    _ids: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        words = tuple(self.words)
+        if words[:3] != SPECIALS:
+            raise InputError(f"the vocabulary starts with {list(words[:3])}",
+                             expected=f"the special words {list(SPECIALS)} first")
+        ids: dict[str, int] = {}
+        for i, w in enumerate(words):
+            if not isinstance(w, str) or not w or any(c.isspace() for c in w):
+                raise InputError(f"vocabulary entry {i} is {w!r}", expected="non-empty words without whitespace")
+            if w in ids:
+                raise InputError(f"the word {w!r} appears twice in the vocabulary (ids {ids[w]} and {i})")
+            ids[w] = i
+        object.__setattr__(self, "words", words)
+        object.__setattr__(self, "_ids", ids)
+
+    # -- construction --------------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], max_size: int | None = None,
+              min_count: int = 1) -> Vocabulary:
+        """The vocabulary of tokenised ``sentences``: specials, then words by count (ties alphabetical).
+
+        Args:
+            sentences: the training text, one list of words per sentence. Occurrences of ``<s>``, ``</s>`` and
+                ``<unk>`` in the text are not counted (they are always in the vocabulary).
+            max_size: the largest vocabulary size **including** the three special words (``None``: no limit).
+            min_count: words seen fewer times are left out (they become ``<unk>``).
+
+        >>> Vocabulary.build([["b", "a", "b", "c"]], max_size=4).words
+        ('<unk>', '<s>', '</s>', 'b')
+        """
+        if max_size is not None and max_size < len(SPECIALS):
+            raise InputError(f"max_size={max_size}", expected=f"at least {len(SPECIALS)} (the special words)")
+        if min_count < 1:
+            raise InputError(f"min_count={min_count}", expected="a count of at least 1")
+        counts: Counter[str] = Counter()
+        for s in sentences:
+            counts.update(s)
+        for sp in SPECIALS:
+            counts.pop(sp, None)
+        ranked = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        if max_size is not None:
+            ranked = ranked[: max_size - len(SPECIALS)]
+        return cls(SPECIALS + tuple(ranked))
+
+    # -- lookup --------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self._ids
+
+    def index(self, word: str) -> int:
+        """The id of ``word``; ``unk_id`` for a word outside the vocabulary."""
+        return self._ids.get(word, 0)
+
+    def encode(self, words: Iterable[str]) -> list[int]:
+        """The ids of ``words`` (unknown words as ``<unk>``); no ``<s>``/``</s>`` are added."""
+        get = self._ids.get
+        return [get(w, 0) for w in words]
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """The words of ``ids``.
+
+        >>> Vocabulary.build([["x"]]).decode([3, 2])
+        ['x', '</s>']
+        """
+        return [self.words[i] for i in ids]
+
+    @property
+    def unk_id(self) -> int:
+        """Id of ``<unk>`` (0)."""
+        return 0
+
+    @property
+    def bos_id(self) -> int:
+        """Id of ``<s>`` (1)."""
+        return 1
+
+    @property
+    def eos_id(self) -> int:
+        """Id of ``</s>`` (2)."""
+        return 2
+
+    # -- serialisation -------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        """A JSON string (``{"format": "privasr-vocab", "words": [...]}``) that :meth:`from_json` reads back."""
+        return json.dumps({"format": _FORMAT, "words": list(self.words)}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, data: str | Mapping[str, Any]) -> Vocabulary:
+        """Read :meth:`to_json` output (a JSON string or the already parsed object).
+
+        Raises :class:`InputError` if it is not a privasr vocabulary.
+        """
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as e:
+                raise InputError(f"the vocabulary is not valid JSON ({e.msg} at char {e.pos})") from None
+        if not isinstance(data, Mapping) or data.get("format") != _FORMAT or not isinstance(data.get("words"), list):
+            raise InputError("not a privasr vocabulary", expected=f'{{"format": "{_FORMAT}", "words": [...]}}')
+        return cls(tuple(data["words"]))

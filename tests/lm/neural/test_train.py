@@ -1,0 +1,263 @@
+"""Training: perplexity goes down, resume is exact, frozen layers stay frozen, results and CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from privasr.errors import ConfigError, InputError  # noqa: E402
+from privasr.lm.neural.checkpoint import load_checkpoint  # noqa: E402
+from privasr.lm.neural.models import NeuralLMConfig  # noqa: E402
+from privasr.lm.neural.train import TrainOptions, load_run_config, parse_overrides, train_lm  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread, and far faster than on two when the machine is busy."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _corpus(n: int, seed: int, nouns: tuple[str, ...] = ("cat", "dog", "bird", "fish")) -> list[list[str]]:
+    """A tiny grammar: strongly predictable word order, so a model can learn it in a few epochs."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        noun = rng.choice(nouns)
+        verb = {"cat": "sleeps", "dog": "barks", "bird": "sings", "fish": "swims"}.get(noun, "waits")
+        s = ["the", noun, verb]
+        if rng.random() < 0.5:
+            s += ["in", "the", rng.choice(["house", "garden"])]
+        out.append(s)
+    return out
+
+
+TRAIN = _corpus(160, 1)
+VALID = _corpus(30, 2)
+FAST = TrainOptions(batch_size=16, max_epochs=3, lr=0.02, patience=0, schedule="constant")
+
+
+def _params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-lstm", "tiny-lstm-char"])
+def test_training_reduces_validation_perplexity(preset: str) -> None:
+    res = train_lm(TRAIN, VALID, NeuralLMConfig.preset(preset), FAST, progress=False, seed=1)
+    assert res.initial_valid_ppl > 8 and res.best_valid_ppl < 0.5 * res.initial_valid_ppl
+    assert res.best_valid_ppl < 6.0  # uniform is 15; the grammar allows about 1.6
+    assert len(res.epochs) == 3 and res.steps == 3 * 10
+    assert res.epochs[-1]["train_ppl"] < res.epochs[0]["train_ppl"]
+    assert res.tokens_per_s > 0 and not res.model.training
+    assert res.best_valid_ppl == min(h["valid_ppl"] for h in res.history)
+
+
+def test_results_checkpoints_and_sgd_cosine(tmp_path: Path) -> None:
+    opts = FAST.replace(optimizer="sgd", lr=0.5, momentum=0.9, schedule="cosine", warmup_steps=3, valid_every=4,
+                        max_vocab=10)
+    res = train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), opts, out_dir=tmp_path, seed=2,
+                   progress=True, data={"note": {"sha256": "x"}})
+    assert len(res.vocab) == 10 and res.metrics["train_oov_rate"] > 0
+    d = json.loads((tmp_path / "results.json").read_text())
+    assert d["seed"] == 2 and d["config"]["train"]["optimizer"] == "sgd" and d["config"]["model"]["arch"] == "lstm"
+    m = d["metrics"]
+    assert len(m["train_ppl"]) == len(m["valid_ppl"]) == 3
+    assert m["best_valid_ppl"] == min(h["valid_ppl"] for h in m["history"]) < m["valid_ppl_initial"]
+    assert len(m["history"]) == 3 + 6  # epochs + every 4 steps not at an epoch end (steps 4, 8, 12, 16, 24, 28)
+    assert m["tokens_per_s"] > 0 and m["steps"] == 30
+    best_rec = next(h for h in res.history if h["valid_ppl"] == res.best_valid_ppl)
+    assert (res.best_epoch, res.best_step) == (best_rec["epoch"], best_rec["step"])
+    assert [h["epoch"] for h in res.history[:3]] == [0.4, 0.8, 1.0] and res.history[2]["step"] == 10
+    best = load_checkpoint(tmp_path / "best.pt")
+    x = torch.tensor([[1, 3, 4, 5]])
+    assert torch.equal(best.model(x)[0], res.model(x)[0])
+    last = load_checkpoint(tmp_path / "last.pt")
+    assert last.train_state is not None and last.train_state["step"] == 30
+    # cosine schedule ends near 0
+    assert res.history[-1]["lr"] < 0.01
+
+
+def test_early_stopping_and_max_steps() -> None:
+    # a small training set and a large learning rate overfit quickly
+    res = train_lm(TRAIN[:48], VALID, NeuralLMConfig.preset("tiny-lstm"),
+                   FAST.replace(max_epochs=60, lr=0.1, patience=2), progress=False)
+    assert res.stopped_early and len(res.epochs) < 60
+    assert all(h["valid_ppl"] > res.best_valid_ppl for h in res.history[-2:])
+    assert res.history[-3]["valid_ppl"] == res.best_valid_ppl
+    res2 = train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), FAST.replace(max_steps=7), progress=False)
+    assert res2.steps == 7 and len(res2.epochs) == 0 and len(res2.history) == 0
+    assert res2.best_valid_ppl == res2.metrics["final_valid_ppl"] < res2.initial_valid_ppl
+
+
+@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-lstm-char"])
+def test_resume_gives_the_same_model_as_an_uninterrupted_run(tmp_path: Path, preset: str) -> None:
+    cfg = NeuralLMConfig.preset(preset).replace(dropout=0.3)  # dropout: the RNG state must be restored too
+    opts = FAST.replace(valid_every=4, schedule="plateau", lr_decay=0.7)
+    full = train_lm(TRAIN, VALID, cfg, opts, out_dir=tmp_path / "full", seed=5, progress=False)
+    # interrupted once mid-epoch (max_steps) and once at an epoch end (max_epochs)
+    part = tmp_path / "part"
+    train_lm(TRAIN, VALID, cfg, opts.replace(max_steps=7), out_dir=part, seed=5, progress=False)
+    train_lm(TRAIN, VALID, cfg, opts.replace(max_epochs=2), out_dir=part, seed=5, progress=False, resume=True)
+    res = train_lm(TRAIN, VALID, cfg, opts, out_dir=part, seed=5, progress=False, resume=True)
+    a = load_checkpoint(tmp_path / "full" / "last.pt")
+    b = load_checkpoint(part / "last.pt")
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
+    assert res.history == full.history and res.epochs == full.epochs
+    assert res.best_valid_ppl == full.best_valid_ppl and res.steps == full.steps == 30
+    for k, v in full.model.state_dict().items():
+        assert torch.equal(v, res.model.state_dict()[k]), k
+    # a different seed gives a different model (the comparison above can fail)
+    other = train_lm(TRAIN, VALID, cfg, opts.replace(max_epochs=1), seed=6, progress=False)
+    assert other.history[0]["valid_ppl"] != full.history[0]["valid_ppl"]
+
+
+def test_resume_errors(tmp_path: Path) -> None:
+    cfg = NeuralLMConfig.preset("tiny-lstm")
+    with pytest.raises(InputError, match="no such file"):
+        train_lm(TRAIN, VALID, cfg, FAST, out_dir=tmp_path, resume=True, progress=False)
+    train_lm(TRAIN, VALID, cfg, FAST.replace(max_epochs=1), out_dir=tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="lr"):
+        train_lm(TRAIN, VALID, cfg, FAST.replace(lr=0.1), out_dir=tmp_path, resume=True, progress=False)
+    with pytest.raises(ConfigError, match="seed"):
+        train_lm(TRAIN, VALID, cfg, FAST, out_dir=tmp_path, resume=True, seed=9, progress=False)
+    with pytest.raises(ConfigError):
+        train_lm(TRAIN, VALID, cfg.replace(layers=1), FAST, out_dir=tmp_path, resume=True, progress=False)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pre")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-transformer").replace(dropout=0.1),
+             FAST.replace(max_epochs=2), out_dir=out, progress=False)
+    torch.set_num_threads(n)
+    return out / "best.pt"
+
+
+def test_frozen_layers_update_only_the_output_layer(pretrained: Path) -> None:
+    ck = load_checkpoint(pretrained)
+    before = _params(ck.model)
+    new_text = _corpus(80, 7, nouns=("cat", "dog", "cow"))  # "cow" is not in the checkpoint's vocabulary
+    res = train_lm(new_text, VALID, None, FAST.replace(max_epochs=2, lr=0.05), init=pretrained, freeze="output",
+                   progress=False)
+    after = _params(res.model)
+    out_names = {n for n, _ in res.model.named_parameters() if n.startswith("output.")}
+    assert out_names == {"output.weight", "output.bias"}
+    for name, v in before.items():
+        if name in out_names:
+            assert not torch.equal(v, after[name]), name
+        else:
+            assert torch.equal(v, after[name]), name
+    assert res.metrics["trainable_parameters"] == sum(after[n].numel() for n in out_names)
+    # the new text was encoded with the checkpoint's vocabulary
+    assert res.vocab == ck.vocab and "cow" not in res.vocab and res.metrics["train_oov_rate"] > 0
+    # full fine-tuning changes the rest too
+    full = train_lm(new_text, VALID, None, FAST.replace(max_epochs=1), init=ck, freeze="none", progress=False)
+    changed = [n for n, v in _params(full.model).items() if not torch.equal(v, before[n])]
+    assert len(changed) == len(before)
+
+
+def test_fine_tuning_config_rules(pretrained: Path) -> None:
+    ck = load_checkpoint(pretrained)
+    res = train_lm(TRAIN, VALID, ck.config.replace(dropout=0.0), FAST.replace(max_epochs=1), init=ck,
+                   progress=False)
+    assert res.config.dropout == 0.0 and res.config.embed_dim == ck.config.embed_dim
+    with pytest.raises(ConfigError, match="layers"):
+        train_lm(TRAIN, VALID, ck.config.replace(layers=1), FAST, init=ck, progress=False)
+    with pytest.raises(ConfigError, match="freeze"):
+        train_lm(TRAIN, VALID, None, FAST, init=ck, freeze="encoder", progress=False)
+    with pytest.raises(ConfigError):
+        train_lm(TRAIN, VALID, None, FAST, progress=False)
+    with pytest.raises(InputError, match="no sentences"):
+        train_lm([], VALID, NeuralLMConfig.preset("tiny-lstm"), FAST, progress=False)
+
+
+def test_run_config_from_file_and_overrides(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: tiny-lstm\nmodel: {hidden_dim: 8}\ntrain: {lr: 0.05, batch_size: 4}\n")
+    cfg, opts = load_run_config(p, overrides=["model.layers=1", "max_epochs=2"])
+    assert (cfg.arch, cfg.hidden_dim, cfg.layers, opts.lr, opts.batch_size, opts.max_epochs) == \
+        ("lstm", 8, 1, 0.05, 4, 2)
+    cfg2, _ = load_run_config(p, preset="tiny-transformer")
+    assert cfg2.arch == "transformer"
+    assert parse_overrides(["tie_embeddings=true"]) == ({"tie_embeddings": True}, {})
+    for bad in (["nokey"], ["bogus=1"], ["model.lr=1"], ["train.layers=2"]):
+        with pytest.raises(ConfigError):
+            parse_overrides(bad)
+    (tmp_path / "bad.yaml").write_text("train: {lr: -1}\npreset: tiny-lstm\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_run_config(tmp_path / "bad.yaml")
+    (tmp_path / "top.yaml").write_text("trian: {}\n")
+    with pytest.raises(ConfigError, match="trian"):
+        load_run_config(tmp_path / "top.yaml")
+    with pytest.raises(ConfigError, match="preset"):
+        load_run_config(None)
+    init = NeuralLMConfig.preset("tiny-lstm")
+    assert load_run_config(None, overrides=["dropout=0.2"], init_config=init)[0] == init.replace(dropout=0.2)
+    with pytest.raises(ConfigError, match="architecture"):
+        load_run_config(None, overrides=["layers=1"], init_config=init)
+
+
+def test_cli_train_neural(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from privasr.cli.lm import app
+
+    train = tmp_path / "train.txt.gz"
+    with gzip.open(train, "wt") as f:
+        f.write("\n".join(" ".join(s) for s in TRAIN) + "\n\n")
+    valid = tmp_path / "valid.txt"
+    valid.write_text("\n".join(" ".join(s) for s in VALID) + "\n")
+    out = tmp_path / "run"
+    args = ["train-neural", "--train", str(train), "--valid", str(valid), "--out", str(out), "--preset",
+            "tiny-lstm", "--set", "max_epochs=1", "--set", "batch_size=16", "--seed", "3", "--no-progress"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "results.json").read_text())
+    assert d["seed"] == 3 and d["data"]["train"]["sha256"] and len(d["metrics"]["valid_ppl"]) == 1
+    r = CliRunner().invoke(app, [*args[:-5], "--set", "max_epochs=2", "--set", "batch_size=16", "--seed", "3",
+                                 "--no-progress", "--resume"])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads((out / "results.json").read_text())["metrics"]["valid_ppl"]) == 2
+    ft = tmp_path / "ft"
+    r = CliRunner().invoke(app, ["train-neural", "--train", str(valid), "--valid", str(valid), "--out", str(ft),
+                                 "--init", str(out / "best.pt"), "--freeze", "output", "--set", "max_epochs=1",
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    d = json.loads((ft / "results.json").read_text())
+    assert d["config"]["freeze"] == "output" and d["config"]["init"] == str(out / "best.pt")
+    r = CliRunner().invoke(app, ["train-neural", "--train", str(valid), "--valid", str(valid), "--out", str(ft),
+                                 "--init", str(train), "--no-progress"])
+    assert r.exit_code != 0 and isinstance(r.exception, InputError) and str(train) in str(r.exception)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_mixed_precision_training_and_resume(tmp_path: Path) -> None:
+    cfg = NeuralLMConfig.preset("tiny-transformer")
+    res = train_lm(TRAIN, VALID, cfg, FAST, out_dir=tmp_path, device="cuda", progress=False)
+    assert res.best_valid_ppl < 0.5 * res.initial_valid_ppl
+    assert next(res.model.parameters()).device.type == "cuda"
+    assert next(res.model.parameters()).dtype == torch.float32  # autocast only, weights stay fp32
+    more = train_lm(TRAIN, VALID, cfg, FAST.replace(max_epochs=4), out_dir=tmp_path, device="cuda",
+                    progress=False, resume=True)
+    assert more.steps == 40 and len(more.epochs) == 4
+    assert load_checkpoint(tmp_path / "best.pt").model.output.weight.device.type == "cpu"
+
+
+def test_cuda_unavailable_is_a_config_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ConfigError, match="CUDA"):
+        train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), FAST, device="cuda", progress=False)
+    with pytest.raises(ConfigError, match="device"):
+        train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), FAST, device="tpu9", progress=False)
