@@ -76,11 +76,12 @@ def test_neural_rescoring_with_ngram_baseline_runs_and_caches(toy_files, tmp_pat
     assert res["metrics"]["wer"] == m["wer"]
     for k in ("wer", "wer_baseline", "wer_rel_change", "mapsswe_p", "wer_first_pass"):
         assert m[k] is not None
-    assert set(m["ppl"]) == {"toy", "nn"} and all(v > 1 for v in m["ppl"].values())
+    assert set(m["ppl_by_lm"]) == {"toy", "nn"} and all(v > 1 for v in m["ppl_by_lm"].values())
+    assert m["ppl"] == m["ppl_by_lm"]["nn"]  # the LM under test (not in the baseline system)
     info = res["lms"]["nn"]
     # trained on uniform random GOOD-word sentences: the NNLM gets near their ~10-word perplexity, well below
     # where it started and below uniform over its 13-word vocabulary
-    assert m["ppl"]["nn"] < min(11.5, info["training"]["initial_valid_ppl"])
+    assert m["ppl_by_lm"]["nn"] < min(11.5, info["training"]["initial_valid_ppl"])
     assert set(m["weights"]) == {"lm", "toy", "nn", "word_penalty"}
     assert set(m["weights_baseline"]) == {"lm", "toy", "word_penalty"}
     assert info["cached"] is False and info["training"]["best_valid_ppl"] > 1
@@ -97,7 +98,7 @@ def test_neural_rescoring_with_ngram_baseline_runs_and_caches(toy_files, tmp_pat
     m3 = run_rescore(load_config(raw), tmp_path / "out")
     info3 = json.loads((tmp_path / "out" / "results.json").read_text())["lms"]["nn"]
     assert info3["cached"] is True
-    assert m3["wer"] == m["wer"] and m3["ppl"] == m["ppl"]
+    assert m3["wer"] == m["wer"] and m3["ppl_by_lm"] == m["ppl_by_lm"]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "baseline: rescoring with lm, toy" in report and "neural tiny-lstm" in report
 
@@ -124,4 +125,4 @@ def test_checkpoint_spec_scores_with_the_saved_model(toy_files, tmp_path):
 
     lnp = sum(s.ln_total for s in lm.score_batch(refs))
     want = math.exp(-lnp / sum(len(r) + 1 for r in refs))
-    assert m["ppl"]["nn"] == pytest.approx(want, rel=1e-6)
+    assert m["ppl_by_lm"]["nn"] == pytest.approx(want, rel=1e-6)

@@ -970,7 +970,12 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         lm_ppl = {n: {"ppl_test_refs": _ppl(c, refs)} for n, c in caches.items()}
         for n in lm_ppl:
             lm_info[n].update(lm_ppl[n])
-        metrics["ppl"] = {n: v["ppl_test_refs"] for n, v in lm_ppl.items()}
+        metrics["ppl_by_lm"] = {n: v["ppl_test_refs"] for n, v in lm_ppl.items()}
+        # ``ppl`` (the shared metric name) is the test-reference perplexity of the LM under test: the one new LM
+        # that is not part of the baseline system (absent when that is not a single LM).
+        under_test = [n for n in lm_ppl if n not in (cfg.baseline_lms or ())]
+        if len(under_test) == 1:
+            metrics["ppl"] = metrics["ppl_by_lm"][under_test[0]]
     metrics["test_utterances"] = len(test)
     metrics["test_hypotheses"] = test_table.n_hyps
     metrics["test_changed_1best"] = changed
