@@ -10,15 +10,6 @@ from privasr.errors import ConfigError  # noqa: E402
 from privasr.lm.neural.models import PRESETS, LstmLM, NeuralLMConfig, TransformerLM, build_model  # noqa: E402
 from privasr.lm.neural.vocab import Vocabulary  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the machine is busy."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 VOCAB = Vocabulary.build([s.split() for s in ["the cat sat on the mat", "a dog ran", "the dog sat",
                                               "cats and dogs", "on a mat"]])
 

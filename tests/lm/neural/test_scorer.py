@@ -29,16 +29,6 @@ VOCAB = Vocabulary.build([WORDS])
 PRESETS = {"transformer": "tiny-transformer", "lstm": "tiny-lstm", "lstm-char": "tiny-lstm-char"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine their synchronisation costs
-    tens of milliseconds per call; the thread count is restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _model(kind: str, **changes: object) -> torch.nn.Module:
     torch.manual_seed(7)
     cfg = NeuralLMConfig.preset(PRESETS[kind]).replace(**changes)

@@ -17,15 +17,6 @@ from privasr.lm.neural.models import NeuralLMConfig  # noqa: E402
 from privasr.lm.neural.train import TrainOptions, load_run_config, parse_overrides, train_lm  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the machine is busy."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _corpus(n: int, seed: int, nouns: tuple[str, ...] = ("cat", "dog", "bird", "fish")) -> list[list[str]]:
     """A tiny grammar: strongly predictable word order, so a model can learn it in a few epochs."""
     rng = random.Random(seed)

@@ -10,15 +10,6 @@ from privasr.errors import InputError  # noqa: E402
 from privasr.lm.neural.vocab import SPECIALS, Vocabulary  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the machine is busy."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_build_orders_by_count_then_alphabetically() -> None:
     v = Vocabulary.build([["b", "c", "a"], ["c", "b", "d"], ["c"]])
     assert v.words == SPECIALS + ("c", "b", "a", "d")
