@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from privasr.errors import ConfigError
+from privasr.errors import ConfigError, InputError
 
 __all__ = ["app", "run", "flags_to_overrides"]
 
@@ -93,7 +93,10 @@ def run(
         raw.setdefault("name", f"ad hoc: {nbest}")
     flags = flags_to_overrides(nbest, dev, lm, prior, mode, first_pass_lm, method, fmt)
     raw = apply_overrides(raw, {**flags, **parse_overrides(overrides)})
-    cfg = load_config(raw)
+    try:
+        cfg = load_config(raw)
+    except InputError as e:  # name the config file when the problem is in it
+        raise (e.at(config) if config is not None else e) from None
     console = Console(stderr=True)
     with console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())

@@ -102,7 +102,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     try:
         obj = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch/pickle/zip raise many types; all mean "unreadable"
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        # torch's own message is long advice about weights_only; its first sentence says what happened
+        reason = str(e).strip().splitlines()[0].split(". ")[0][:120] if str(e).strip() else type(e).__name__
         raise InputError(f"cannot read the checkpoint, the file is truncated, corrupt or not a torch file "
                          f"({type(e).__name__}: {reason})", path=p,
                          expected="a file written by privasr's save_checkpoint") from None
