@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from privasr.cli import main
 
 
@@ -13,8 +15,11 @@ def test_demo_end_to_end(tmp_path):
     assert res["seed"] == 3
     m = res["metrics"]
     assert 0 < m["wer_oracle"] < m["wer_1best"] < 1
-    assert m["mapsswe_z"] > 0 and 0 <= m["mapsswe_p"] <= 1
-    lo, hi = m["bootstrap_ci"]
+    assert m["oracle_mapsswe_z"] > 0 and 0 <= m["oracle_mapsswe_p"] <= 1
+    assert m["wer"] == m["wer_ngram_rescoring"] and m["wer_baseline"] == m["wer_1best"]
+    assert m["wer_rel_change"] == pytest.approx((m["wer"] - m["wer_baseline"]) / m["wer_baseline"])
+    assert 0 <= m["mapsswe_p"] <= 1
+    lo, hi = m["oracle_bootstrap_ci"]
     assert 0 < lo <= m["wer_1best"] - m["wer_oracle"] <= hi
     report = (out / "report.md").read_text()
     assert "| first-pass 1-best |" in report and "MAPSSWE" in report

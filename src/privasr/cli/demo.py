@@ -24,4 +24,4 @@ def demo(
         metrics = run_demo(out, seed=seed, preset=preset)
     console.print(Markdown((out / "report.md").read_text(encoding="utf-8")))
     console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}  "
-                  f"(1-best WER {100 * metrics['wer_1best']:.2f}%)")
+                  f"(1-best WER {100 * metrics['wer_1best']:.2f}%, best method {100 * metrics['wer']:.2f}%)")
