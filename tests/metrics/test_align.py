@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from privasr.corpus.formats import trn as trn_format
 from privasr.errors import InputError
 from privasr.metrics.align import Alignment, align, align_many
 
@@ -85,12 +86,8 @@ def test_validation():
 
 
 def read_trn(path):
-    out = {}
-    for line in open(path, encoding="utf-8"):
-        line = line.rstrip("\n")
-        i = line.rindex("(")
-        out[line[i + 1 : -1]] = line[:i].split()
-    return out
+    """Golden trn file as {utterance id: words}, through the project's trn reader."""
+    return {t.utt_id: list(t.words) for t in trn_format.read_trn(path)}
 
 
 _ENTRY = re.compile(r'([CSDI]),(?:"([^"]*)")?,(?:"([^"]*)")?')

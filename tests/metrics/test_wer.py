@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rapidfuzz.distance import Levenshtein
 
+from privasr.corpus.formats import trn as trn_format
 from privasr.errors import InputError
 from privasr.metrics.wer import error_rate, wer, wer_from_counts
 
@@ -85,12 +86,8 @@ def test_matches_levenshtein_and_jiwer(pairs):
 
 
 def read_trn(path):
-    out = {}
-    for line in open(path, encoding="utf-8"):
-        line = line.rstrip("\n")
-        i = line.rindex("(")
-        out[line[i + 1 : -1]] = line[:i].split()
-    return out
+    """Golden trn file as {utterance id: words}, through the project's trn reader."""
+    return {t.utt_id: list(t.words) for t in trn_format.read_trn(path)}
 
 
 @pytest.mark.shared
