@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "nnlm-train": "privasr.bench.nnlm_train:run",
     "fmp-aggregation": "privasr.bench.fmp_aggregation:run",
     "backends": "privasr.bench.backends:run",
+    "fedlm": "privasr.bench.fedlm:run",
 }
 
 

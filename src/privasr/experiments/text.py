@@ -28,11 +28,15 @@ Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may
   equal to ``n't`` glued to the previous one. The server-side NNLM of federated personalisation is trained on
   it: no AMI text. 85,669 sentences, 1,684,959 tokens (SOURCE.txt says 1,684,960). ``earnings21`` is the
   Earnings-21 part alone (19,324 sentences, 362,219 tokens).
+* ``gutenberg-ami`` (and its split ``gutenberg-ami-train`` / ``gutenberg-ami-valid``, every 50th sentence held
+  out): the background text of the Earnings-21 federated experiments, which must not contain Earnings-21 text:
+  the Gutenberg books tokenised like ``generic`` (:func:`generic_tokens`, the rules of the Earnings-21
+  references) followed by ``ami-train``.
 * any other string: a text file (``.gz``/``.xz`` allowed), one sentence per line, whitespace tokens,
   optionally normalised with a normaliser spec.
 
 >>> sorted(TEXT_SOURCES)
-['ami-dev', 'ami-test', 'ami-train', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-raw']
+['ami-dev', 'ami-test', 'ami-train', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-ami', 'gutenberg-ami-train', 'gutenberg-ami-valid', 'gutenberg-raw']
 >>> generic_tokens(["I", "do", "n't", "--", "Know", "."])
 ['i', "don't", 'know']
 >>> asr_tokens(["`", "Alice", "'s", "daisy-chain", "''I'", "do", "n't", "'twas", "."])
@@ -58,6 +62,9 @@ __all__ = [
     "gutenberg_sentences",
     "generic_sentences",
     "earnings21_sentences",
+    "earnings21_call_sentences",
+    "earnings21_reference_sentences",
+    "gutenberg_ami_sentences",
     "generic_tokens",
     "asr_tokens",
     "SPOKEN_FORMS",
@@ -199,14 +206,32 @@ def generic_tokens(tokens: Sequence[str]) -> list[str]:
 
 def earnings21_sentences(data: PathLike | None = None) -> list[tuple[str, ...]]:
     """The Earnings-21 reference transcripts as sentences (split at ``. ? !``), tokenised by :func:`generic_tokens`."""
-    from privasr.corpus.formats._common import iter_tar_texts, natural_key
+    return [s for sents in earnings21_call_sentences(data).values() for s in sents]
 
+
+def earnings21_call_sentences(data: PathLike | None = None) -> dict[str, list[tuple[str, ...]]]:
+    """:func:`earnings21_sentences` per call: call id (the ``.nlp`` file's stem) -> its sentences, calls in
+    natural order of their file names."""
     path = require_data_dir(data) / "earnings21" / "references_nlp_wertags.tar.xz"
     if not path.is_file():
         raise ConfigError("Earnings-21 references not found", path=path)
+    return earnings21_reference_sentences(path)
+
+
+def earnings21_reference_sentences(path: PathLike) -> dict[str, list[tuple[str, ...]]]:
+    """Call id -> sentences of an Earnings-21 reference archive (a tar of ``<call>.nlp`` files): tokens split
+    into sentences at the punctuation column's ``. ? !`` and tokenised by :func:`generic_tokens`.
+
+    Raises:
+        InputError: an unreadable archive, or a row with fewer than 5 columns (naming the file and line).
+    """
+    from privasr.corpus.formats._common import iter_tar_texts, natural_key
+
+    path = Path(path)
     texts = sorted(((Path(n).name, t) for n, t in iter_tar_texts(path, (".nlp",))), key=lambda x: natural_key(x[0]))
-    out: list[tuple[str, ...]] = []
+    calls: dict[str, list[tuple[str, ...]]] = {}
     for name, text in texts:
+        out = calls.setdefault(name[: -len(".nlp")], [])
         cur: list[str] = []
         for k, row in enumerate(text.splitlines()[1:], start=2):
             cols = row.split("|")
@@ -222,7 +247,7 @@ def earnings21_sentences(data: PathLike | None = None) -> list[tuple[str, ...]]:
         words = generic_tokens(cur)
         if words:
             out.append(tuple(words))
-    return out
+    return calls
 
 
 def generic_sentences(data: PathLike | None = None, *, part: str = "all") -> list[tuple[str, ...]]:
@@ -232,6 +257,19 @@ def generic_sentences(data: PathLike | None = None, *, part: str = "all") -> lis
         raise ConfigError(f"part={part!r}", expected="all, train or valid")
     out = _gutenberg(data, generic_tokens)
     out.extend(earnings21_sentences(data))
+    if part == "all":
+        return out
+    held = [s for i, s in enumerate(out) if i % 50 == 49]
+    return held if part == "valid" else [s for i, s in enumerate(out) if i % 50 != 49]
+
+
+def gutenberg_ami_sentences(data: PathLike | None = None, *, part: str = "all") -> list[tuple[str, ...]]:
+    """The Earnings-21 experiments' background text: Gutenberg (:func:`generic_tokens`) + ``ami-train``;
+    ``part``: ``all``, ``train`` or ``valid`` (every 50th sentence). No Earnings-21 text."""
+    if part not in ("all", "train", "valid"):
+        raise ConfigError(f"part={part!r}", expected="all, train or valid")
+    out = _gutenberg(data, generic_tokens)
+    out.extend(ami_sentences("train", data))
     if part == "all":
         return out
     held = [s for i, s in enumerate(out) if i % 50 == 49]
@@ -268,13 +306,17 @@ TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
     "generic": lambda data=None, **kw: generic_sentences(data, part="all", **kw),
     "generic-train": lambda data=None, **kw: generic_sentences(data, part="train", **kw),
     "generic-valid": lambda data=None, **kw: generic_sentences(data, part="valid", **kw),
+    "gutenberg-ami": lambda data=None, **kw: gutenberg_ami_sentences(data, part="all", **kw),
+    "gutenberg-ami-train": lambda data=None, **kw: gutenberg_ami_sentences(data, part="train", **kw),
+    "gutenberg-ami-valid": lambda data=None, **kw: gutenberg_ami_sentences(data, part="valid", **kw),
 }
 """Named text sources -> function ``(data=None, **options) -> sentences``."""
 
 _SOURCE_OPTIONS: dict[str, frozenset[str]] = {
     "ami-train": frozenset(), "ami-dev": frozenset(), "ami-test": frozenset(),
     "gutenberg": frozenset(), "gutenberg-raw": frozenset(), "earnings21": frozenset(), "generic": frozenset(),
-    "generic-train": frozenset(), "generic-valid": frozenset(),
+    "generic-train": frozenset(), "generic-valid": frozenset(), "gutenberg-ami": frozenset(),
+    "gutenberg-ami-train": frozenset(), "gutenberg-ami-valid": frozenset(),
 }
 
 

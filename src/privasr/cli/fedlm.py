@@ -1,0 +1,52 @@
+"""``privasr fedlm``: federated NNLM fine-tuning (paper 001) experiments.
+
+``privasr fedlm run --config configs/fedlm-earnings21.yaml [--set key=value ...] --out DIR`` runs
+:mod:`privasr.experiments.fedlm` and writes ``DIR/results.json`` and ``DIR/report.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from privasr.errors import InputError
+
+__all__ = ["app", "run"]
+
+app = typer.Typer(help="Federated NNLM fine-tuning on first-pass transcripts with confidence-weighted losses.",
+                  no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    config: Path = typer.Option(..., "--config", help="YAML config (see configs/fedlm-earnings21.yaml)."),
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, checkpoint/."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set rounds=5 "
+                                                          "(dotted keys, YAML values; repeatable)."),
+) -> None:
+    """Run a FedLM experiment: unadapted vs federated fine-tuned NNLM (perplexity; WER on N-best data)."""
+    from privasr.cli.data import parse_overrides
+    from privasr.cli.rescore import _command_line
+    from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
+    from privasr.rescore.run import apply_overrides, read_config
+
+    raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    try:
+        cfg = load_fedlm_config(raw)
+    except InputError as e:
+        raise e.at(config) from None
+    with Console(stderr=True).status(f"FedLM ({cfg.name})"):
+        m = run_fedlm(cfg, out, argv=_command_line())
+    con = Console()
+    line = (f"perplexity {m['ppl']:.2f} (unadapted {m['ppl_baseline']:.2f}"
+            + (f", all utterances {m['ppl_all_utts']:.2f}" if "ppl_all_utts" in m else "") + ")")
+    if "wer" in m:
+        line += (f"; test WER {100 * m['wer']:.2f}% (unadapted {100 * m['wer_baseline']:.2f}%, relative "
+                 f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g})")
+    if "epsilon" in m:
+        line += f"; epsilon = {m['epsilon']:.3g} at delta = {m['delta']:.3g}"
+    con.print(line)
+    con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

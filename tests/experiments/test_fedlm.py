@@ -1,0 +1,258 @@
+"""The FedLM experiment runner end to end: the synthetic N-best corpus and a tiny Earnings-21-shaped fixture."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from privasr.cli import main  # noqa: E402
+from privasr.errors import ConfigError, InputError  # noqa: E402
+from privasr.experiments.fedlm import (  # noqa: E402
+    ctm_utterances,
+    load_fedlm_config,
+    read_call_ids,
+    run_fedlm,
+)
+from privasr.rescore.run import apply_overrides  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from privasr.corpus.synth import SynthConfig, generate
+
+    d = tmp_path_factory.mktemp("synth")
+    generate(SynthConfig.preset("tiny", seed=1)).write(d)
+    return d
+
+
+def _nnlm(corpus: Path) -> dict:
+    return {"neural": {"train": {"text": str(corpus / "text" / "background.txt"),
+                                 "valid": str(corpus / "text" / "background.txt"),
+                                 "preset": "tiny-transformer", "seed": 0,
+                                 "options": {"max_epochs": 1, "batch_size": 32, "lr": 0.01, "patience": 0,
+                                             "amp": False}}}}
+
+
+def _raw(corpus: Path, tmp: Path, **over) -> dict:
+    raw = {"name": "fedlm-test", "seed": 0,
+           # the tiny corpus's test part has three clients: it is the client (dev) side here
+           "data": {"kind": "nbest", "dev": str(corpus / "nbest" / "test.jsonl"),
+                    "test": str(corpus / "nbest" / "dev.jsonl")},
+           "clients": {"key": "client"},
+           "nnlm": _nnlm(corpus),
+           "cache_dir": str(tmp / "cache"),
+           "fedlm": {"loss": "token", "batch_size": 8, "client_lr": 0.5, "server": {"name": "adam", "lr": 0.01}},
+           "rounds": 2,
+           "federated": {"backend": "local", "sampler": "all"},
+           "rescore": {"ranges": {"lm": [0, 2, 0.5], "nnlm": [0, 2, 0.5], "word_penalty": [-2, 2, 1]}},
+           "eval": {"bootstrap_resamples": 50}}
+    return apply_overrides(raw, over)
+
+
+def test_nbest_run_writes_the_contract_metrics(corpus, tmp_path):
+    m = run_fedlm(load_fedlm_config(_raw(corpus, tmp_path, **{"eval.every": 1})), tmp_path / "out")
+    for k in ("wer", "wer_baseline", "wer_rel_change", "mapsswe_p", "ppl", "ppl_baseline", "ppl_all_utts"):
+        assert k in m and np.isfinite(m[k])
+    assert m["ppl"] != m["ppl_baseline"]  # the model moved
+    assert m["ppl"] != m["ppl_all_utts"]  # token weighting is not the unweighted run
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["metrics"]["ppl"] == m["ppl"] and res["config"]["name"] == "fedlm-test"
+    assert len(res["history"]) == 2 and "eval_ppl" in res["history"][-1]["metrics"]
+    # the last round's evaluation is the final model's perplexity
+    assert res["history"][-1]["metrics"]["eval_ppl"] == pytest.approx(m["ppl"], rel=1e-9)
+    assert res["data_info"]["confidence_source"] == "data"  # the synthetic 1-bests carry confidences
+    assert "| adapted NNLM rescoring |" in (tmp_path / "out" / "report.md").read_text()
+    # the adapted model is saved as a neural checkpoint with the run's perplexity
+    from privasr.experiments.fedlm import MODEL_FILE
+    from privasr.lm.neural.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(tmp_path / "out" / MODEL_FILE)
+    assert len(ck.vocab) == m["vocab_size"] and ck.extra["ppl"] == m["ppl"]
+
+
+def test_a_resumed_run_equals_the_finished_one(corpus, tmp_path):
+    raw = _raw(corpus, tmp_path, compare_all=False)
+    first = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    again = run_fedlm(load_fedlm_config(raw), tmp_path / "out")  # every round is in the checkpoint
+    assert again["ppl"] == first["ppl"] and again["wer"] == first["wer"]
+
+
+def test_classifier_confidences_are_cross_fitted_and_reported(corpus, tmp_path):
+    pytest.importorskip("sklearn")
+    raw = _raw(corpus, tmp_path, confidence={"source": "classifier", "folds": 2}, compare_all=False)
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    assert 0.0 <= m["ece"] <= 1.0 and 0.0 <= m["auc"] <= 1.0
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["confidence"]["folds"] == 2 and res["data_info"]["confidence_source"] == "classifier"
+    assert (tmp_path / "out" / "reliability.csv").is_file()
+
+
+def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
+    pytest.importorskip("dp_accounting")
+    from privasr.privacy.dp.accounting import epsilon_for
+
+    raw = _raw(corpus, tmp_path, compare_all=False, dp={"noise_multiplier": 1.5, "delta": 1e-5},
+               **{"fedlm.clip_norm": 0.5, "fedlm.weighting": "uniform"})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    assert m["delta"] == 1e-5 and m["noise_multiplier"] == 1.5 and m["clip_norm"] == 0.5
+    # every client every round: 2 un-amplified Gaussian releases
+    assert m["epsilon"] == pytest.approx(epsilon_for(1.5, 2, "all", delta=1e-5), rel=1e-6)
+
+
+def test_loss_and_init_tables_and_the_noise_table(corpus, tmp_path):
+    pytest.importorskip("dp_accounting")
+    raw = _raw(corpus, tmp_path, rounds=1, compare_all=False,
+               tables={"loss": ["all", "token"], "init": ["scratch"], "noise": [0.5]},
+               **{"fedlm.clip_norm": 0.5, "fedlm.weighting": "uniform"})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    t = json.loads((tmp_path / "out" / "results.json").read_text())["tables"]
+    assert [r["loss"] for r in t["loss"]] == ["none (unadapted)", "all", "token"]
+    assert t["loss"][0]["ppl"] == m["ppl_baseline"] and t["loss"][2]["ppl"] == m["ppl"]  # the main run is reused
+    assert t["loss"][0]["wer"] == m["wer_baseline"] and t["loss"][2]["wer"] == m["wer"]  # N-best data: WER too
+    assert t["init"][0]["ppl"] > m["ppl"]  # one round from scratch is far worse than fine-tuning
+    assert t["noise"][0]["epsilon"] > 0 and t["noise"][0]["delta"] == 1e-5
+
+
+def test_zipf_devices_and_speaker_clients(corpus, tmp_path):
+    m = run_fedlm(load_fedlm_config(_raw(corpus, tmp_path, compare_all=False, rounds=1,
+                                         clients={"key": "zipf", "devices": 50, "exponent": 1.0})),
+                  tmp_path / "zipf")
+    assert 1 < m["clients"] <= 50
+
+
+@pytest.mark.parametrize(("over", "match"), [
+    ({"data": {"kind": "lattice"}}, "data.kind"),
+    ({"data": {"kind": "nbest", "dev": "x"}}, "needs dev and test"),
+    ({"fedlm.loss": "confident"}, "loss"),
+    ({"fedlm.clip_norm": 1.0}, "weighting"),
+    ({"dp": {"noise_multiplier": 1.0}}, "clip_norm"),
+    ({"rounds": 0}, "rounds"),
+    ({"init": "random"}, "init"),
+    ({"tables": {"loss": ["best"]}}, "tables.loss"),
+    ({"tables": {"noise": [1.0]}}, "clip_norm"),
+    ({"confidence": {"source": "oracle"}}, "confidence.source"),
+    ({"clients": {"key": "room"}}, "clients.key"),
+    ({"federated.backend": "pigeon"}, "federated.backend"),
+    ({"colour": 1}, "colour"),
+])
+def test_config_errors(corpus, tmp_path, over, match):
+    with pytest.raises(ConfigError, match=match):
+        load_fedlm_config(_raw(corpus, tmp_path, **over))
+
+
+def test_cli_runs_and_a_bad_config_is_one_line(corpus, tmp_path, capsys):
+    import yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(_raw(corpus, tmp_path, rounds=1, compare_all=False)))
+    assert main(["fedlm", "run", "--config", str(p), "--out", str(tmp_path / "o")]) == 0
+    assert "perplexity" in capsys.readouterr().out
+    p.write_text("name: x\ncolour: red\n")
+    assert main(["fedlm", "run", "--config", str(p), "--out", str(tmp_path / "o2")]) == 2
+
+
+# ------------------------------------------------------------------------------- Earnings-21-shaped fixture
+
+_WORDS = "the company reported strong revenue growth in the quarter and margins improved".split()
+
+
+def _tar(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def earnings(tmp_path_factory, corpus) -> Path:
+    d = tmp_path_factory.mktemp("e21")
+    rng = np.random.default_rng(0)
+    ctms, nlps = {}, {}
+    for call in ("100", "200", "300", "400"):
+        lines, rows = [], ["token|speaker|ts|endTs|punctuation|case|tags|wer_tags"]
+        t = 0.0
+        for _ in range(30):
+            words = [_WORDS[int(i)] for i in rng.integers(0, len(_WORDS), size=6)]
+            for w in words:
+                lines.append(f"{call} A {t:.2f} 0.20 {w.upper()} {rng.uniform(0.3, 1.0):.2f}")
+                rows.append(f"{w.capitalize()}|0||||LC|[]|[]")
+                t += 0.25
+            rows[-1] = rows[-1].replace("||||", "|||.|")
+            lines.append(f"{call} A {t:.2f} 0.10 , 1.00")  # punctuation: no letter or digit, dropped
+            t += 1.5  # a pause: next utterance
+        ctms[f"ctm/{call}.ctm"] = "\n".join(lines) + "\n"
+        nlps[f"nlp_references/{call}.nlp"] = "\n".join(rows) + "\n"
+    _tar(d / "ctm.tar.xz", ctms)
+    _tar(d / "refs.tar.xz", nlps)
+    (d / "eval.csv").write_text("file_id,company_name\n400,Acme\n")
+    return d
+
+
+def _e21_raw(earnings: Path, corpus: Path, tmp: Path, **over) -> dict:
+    raw = {"name": "fedlm-e21-test", "seed": 0,
+           "data": {"kind": "earnings21", "ctm": str(earnings / "ctm.tar.xz"),
+                    "references": str(earnings / "refs.tar.xz"), "eval_calls": str(earnings / "eval.csv"),
+                    "split_gap": 1.0},
+           "nnlm": _nnlm(corpus), "cache_dir": str(tmp / "cache"),
+           "fedlm": {"loss": "token", "batch_size": 4, "client_lr": 0.5, "server": "fedavg"},
+           "rounds": 2, "tables": {"loss": ["all", "threshold", "utterance", "token"]}}
+    return apply_overrides(raw, over)
+
+
+def test_ctm_utterances_lowercase_split_and_keep_confidences(earnings):
+    utts = ctm_utterances(earnings / "ctm.tar.xz", 1.0)
+    assert len(utts) == 4 * 30 and all(len(u.words) == 6 for u in utts)
+    assert all(w.islower() for u in utts for w in u.words)
+    assert all(len(u.confidences) == 6 for u in utts)
+
+
+def test_earnings21_run_holds_out_the_eval_calls(earnings, corpus, tmp_path):
+    m = run_fedlm(load_fedlm_config(_e21_raw(earnings, corpus, tmp_path)), tmp_path / "out")
+    assert m["clients"] == 3 and m["eval_sentences"] == 30
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["data_info"]["eval_calls"] == ["400"] and "400" not in res["data_info"]["client_calls"]
+    rows = {r["loss"]: r["ppl"] for r in res["tables"]["loss"]}
+    assert rows["all"] == m["ppl_all_utts"] and rows["token"] == m["ppl"]
+    assert len(set(rows.values())) == len(rows)  # every weighting trains a different model
+    assert "wer" not in m  # no N-best lists: perplexity only
+
+
+def test_earnings21_calibration_calls_leave_the_clients_and_are_reported(earnings, corpus, tmp_path):
+    pytest.importorskip("sklearn")
+    raw = _e21_raw(earnings, corpus, tmp_path, tables={}, compare_all=False, rounds=1,
+                   confidence={"source": "data", "calibrate_calls": 1})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert m["clients"] == 2 and res["data_info"]["calibration_calls"] == ["100"]
+    assert "100" not in res["data_info"]["client_calls"]
+    # the fixture's CTM words are the reference words: every word is a hit, the raw confidences (0.3-1.0) are
+    # under-confident, and calibration moves them up
+    assert res["confidence"]["base_rate"] == 1.0 and m["ece"] < m["ece_raw"]
+    assert res["data_info"]["mean_confidence"] > 0.9
+    with pytest.raises(ConfigError, match="calibrate_calls"):
+        load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "data", "calibrate_calls": 2}))
+
+
+def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
+    with pytest.raises(InputError, match="no reference"):
+        run_fedlm(load_fedlm_config(_e21_raw(earnings, corpus, tmp_path, **{"data.eval_calls": ["999"]})),
+                  tmp_path / "o")
+    with pytest.raises(ConfigError, match="speaker"):
+        load_fedlm_config(_e21_raw(earnings, corpus, tmp_path, clients={"key": "speaker"}))
+    bad = earnings / "bad.csv"
+    bad.write_text("id,name\n1,x\n")
+    with pytest.raises(InputError, match="file_id"):
+        read_call_ids(bad)
+    noconf = _tar(tmp_path / "noconf.tar.xz", {"ctm/1.ctm": "1 A 0.0 0.1 hello\n"})
+    with pytest.raises(InputError, match="no confidences"):
+        ctm_utterances(noconf, 1.0)
