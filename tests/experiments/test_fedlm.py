@@ -92,6 +92,7 @@ def test_classifier_confidences_are_cross_fitted_and_reported(corpus, tmp_path):
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["confidence"]["folds"] == 2 and res["data_info"]["confidence_source"] == "classifier"
     assert (tmp_path / "out" / "reliability.csv").is_file()
+    assert "Reliability diagram" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
@@ -125,6 +126,26 @@ def test_zipf_devices_and_speaker_clients(corpus, tmp_path):
                                          clients={"key": "zipf", "devices": 50, "exponent": 1.0})),
                   tmp_path / "zipf")
     assert 1 < m["clients"] <= 50
+
+
+def test_ray_backend_matches_the_local_run(corpus, tmp_path):
+    pytest.importorskip("ray")
+    raw = _raw(corpus, tmp_path, rounds=1, compare_all=False)
+    local = run_fedlm(load_fedlm_config(raw), tmp_path / "local")
+    ray = run_fedlm(load_fedlm_config({**raw, "federated": {"backend": "ray", "backend_options": {"num_workers": 2},
+                                                            "sampler": "all"}}), tmp_path / "ray")
+    # the same client updates, summed in arrival order: equal up to float32 rounding
+    assert ray["ppl"] == pytest.approx(local["ppl"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_flower_backend_matches_the_local_run(corpus, tmp_path):
+    pytest.importorskip("flwr")
+    raw = _raw(corpus, tmp_path, rounds=1, compare_all=False)
+    local = run_fedlm(load_fedlm_config(raw), tmp_path / "local")
+    fl = run_fedlm(load_fedlm_config({**raw, "federated": {"backend": "flower", "sampler": "all"}}),
+                   tmp_path / "flower")
+    assert fl["ppl"] == pytest.approx(local["ppl"], rel=1e-4)
 
 
 @pytest.mark.parametrize(("over", "match"), [

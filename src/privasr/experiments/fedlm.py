@@ -673,7 +673,7 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
              "command": list(argv) if argv is not None else None}
     data_paths = {k: v for k, v in cfg.data.items() if k != "kind"}
     write_results(out, config=dict(cfg.raw), seed=cfg.seed, metrics=metrics, data=data_paths, extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tables, data.info), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, tables, data.info, data.reliability), encoding="utf-8")
     return metrics
 
 
@@ -771,7 +771,24 @@ def _tables(cfg: FedLmRunConfig, variant: Any, ppl_base: float, ev: _WerEval | N
     return tables
 
 
-def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+def _reliability_lines(curve: Any) -> list[str]:
+    """A reliability diagram as a Markdown table: per confidence bin, its words, mean confidence, accuracy and a
+    bar of the accuracy (``#``) against the diagonal (``|`` at the bin's mean confidence)."""
+    lines = ["| confidence bin | words | mean confidence | accuracy | accuracy (#) vs confidence (\\|) |",
+             "|---|---:|---:|---:|---|"]
+    for lo, hi, n, c, a in zip(curve.lower, curve.upper, curve.count, curve.mean_confidence, curve.accuracy,
+                               strict=True):
+        if n == 0:
+            continue
+        bar = list("#" * int(round(20 * a)) + " " * (20 - int(round(20 * a))))
+        k = min(19, int(round(20 * c)))
+        bar[k] = "\\|"
+        lines.append(f"| {lo:.1f}-{hi:.1f} | {int(n):,} | {c:.3f} | {a:.3f} | `{''.join(bar)}` |")
+    return lines
+
+
+def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any], info: Mapping[str, Any],
+            curve: Any = None) -> str:
     lines = [f"# {cfg.name}", "",
              f"privasr {__version__}, seed {cfg.seed}, {m['clients']} clients ({cfg.client_key}), "
              f"{m['rounds']} rounds, loss {m['loss']}, init {m['init']}", "",
@@ -798,6 +815,9 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     elif "ece" in m:
         lines += [f"Confidence classifier (cross-fitted, held-out words): ECE {m['ece']:.4f}, AUC {m['auc']:.4f}.",
                   ""]
+    if curve is not None:
+        lines += ["Reliability diagram of the clients' confidences (also `reliability.csv`):", "",
+                  *_reliability_lines(curve), ""]
     for name, rows in tables.items():
         if not rows:
             continue
