@@ -77,11 +77,26 @@ def test_nbest_run_writes_the_contract_metrics(corpus, tmp_path):
     assert len(ck.vocab) == m["vocab_size"] and ck.extra["ppl"] == m["ppl"]
 
 
+def test_with_baseline_interpolates_the_unadapted_nnlm(corpus, tmp_path):
+    raw = _raw(corpus, tmp_path, rounds=1, compare_all=False, **{"rescore.with_baseline": True})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert m["rescore_with_baseline"] is True
+    assert set(res["rescore"]["weights_adapted"]) == {"lm", "nnlm", "nnlm_adapted", "word_penalty"}
+    # the configured NNLM range applies to both NNLM weights
+    assert res["rescore"]["weights_adapted"]["nnlm_adapted"] <= 2.0
+    with pytest.raises(ConfigError, match="with_baseline"):
+        load_fedlm_config(_raw(corpus, tmp_path, **{"rescore.with_baseline": "yes"}))
+
+
 def test_a_resumed_run_equals_the_finished_one(corpus, tmp_path):
-    raw = _raw(corpus, tmp_path, compare_all=False)
+    raw = _raw(corpus, tmp_path, compare_all=False, **{"eval.every": 1})
     first = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
     again = run_fedlm(load_fedlm_config(raw), tmp_path / "out")  # every round is in the checkpoint
     assert again["ppl"] == first["ppl"] and again["wer"] == first["wer"]
+    # the per-round evaluations were checkpointed with their rounds
+    hist = json.loads((tmp_path / "out" / "results.json").read_text())["history"]
+    assert [h["metrics"]["eval_ppl"] for h in hist][-1] == pytest.approx(first["ppl"], rel=1e-9)
 
 
 def test_classifier_confidences_are_cross_fitted_and_reported(corpus, tmp_path):

@@ -36,7 +36,8 @@
    other: closed-vocabulary, identical vocabulary for every system; the OOV rate is reported) of the
    unadapted and adapted models. ``nbest`` data is also rescored: ``am + w_lm * first-pass LM + w_nnlm *
    NNLM + wp * n`` with the weights tuned on dev **for each model**, test WER, MAPSSWE against the unadapted
-   model, paired bootstrap.
+   model, paired bootstrap; ``rescore.with_baseline: true`` keeps the unadapted NNLM as a second feature of the
+   adapted system (log-linear interpolation, both weights tuned on dev).
 5. ``compare_all`` (default on) runs the same config with ``loss: all`` for ``ppl_all_utts``; ``tables``
    re-run the federation per row: ``loss`` (paper Tables 2/3), ``init`` (Table 4), ``noise`` (Table 5, DP
    with those noise multipliers; needs ``fedlm.clip_norm``).
@@ -52,7 +53,7 @@ import io
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ class FedLmRunConfig:
     bootstrap_resamples: int
     eval_every: int
     raw: Mapping[str, Any] = field(repr=False)
+    with_baseline: bool = False
 
 
 def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) -> FedLmRunConfig:
@@ -223,7 +225,11 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
                                                  for x in vals):
             raise ConfigError(f"config key 'tables.noise' is {vals!r}", expected="a list of noise multipliers >= 0")
         tables["noise"] = [float(x) for x in vals]
-    r = _mapping(raw.get("rescore", {}), "rescore", ("ranges", "max_rounds", "coarse_points", "restarts"))
+    r = _mapping(raw.get("rescore", {}), "rescore", ("ranges", "max_rounds", "coarse_points", "restarts",
+                                                    "with_baseline"))
+    with_baseline = r.get("with_baseline", False)
+    if not isinstance(with_baseline, bool):
+        raise ConfigError(f"config key 'rescore.with_baseline' is {with_baseline!r}", expected="true or false")
     search = SearchConfig(method="coordinate", ranges=_ranges(r.get("ranges", {})),
                           max_rounds=_int(r.get("max_rounds", 20), "rescore.max_rounds", 1),
                           coarse_points=_int(r.get("coarse_points", 7), "rescore.coarse_points", 2),
@@ -233,7 +239,7 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
     every = _int(ev.get("every", 0), "eval.every", 0)
     return FedLmRunConfig(name, seed, kind, data, key, devices, float(exponent), confidence, nnlm, cache_dir, init,
                           fed_cfg, rounds, dp, backend, backend_options, sampler, min_clients, compare_all, tables,
-                          search, resamples, every, raw)
+                          search, resamples, every, raw, with_baseline)
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -277,7 +283,6 @@ def ctm_utterances(path: str | Path, split_gap: float) -> list[Any]:
     Raises:
         InputError: a CTM without confidences (the per-word weights of paper 001 need them), or a read error.
     """
-    from dataclasses import replace
 
     from privasr.corpus.formats.ctm import read_ctm
 
@@ -586,16 +591,21 @@ class _Rescored:
     dev_errors: int
 
 
-def _rescore(cfg: FedLmRunConfig, lm: Any, dev: Sequence[Any], test: Sequence[Any]) -> _Rescored:
-    from privasr.rescore.combine import Combination, LMScoreCache, score_table, select
+def _rescore(cfg: FedLmRunConfig, lms: Mapping[str, Any], dev: Sequence[Any], test: Sequence[Any]) -> _Rescored:
+    """``am + w_lm * first-pass LM + sum_k w_k * ln P_k + wp * n`` over the NNLMs ``lms`` (name -> LM or
+    :class:`~privasr.rescore.combine.LMScoreCache`), weights tuned on ``dev``; the chosen ``test`` words."""
+    from privasr.rescore.combine import Combination, score_table, select
     from privasr.rescore.run import build_space
     from privasr.rescore.search import tune
 
-    cache = LMScoreCache(lm)
-    dev_table = score_table(dev, {"nnlm": cache})
-    test_table = score_table(test, {"nnlm": cache})
-    comb = Combination(prior="am", lms=("lm", "nnlm"))
-    res = tune(dev, dev_table, comb, build_space(comb, cfg.search), method="coordinate",
+    dev_table = score_table(dev, lms)
+    test_table = score_table(test, lms)
+    comb = Combination(prior="am", lms=("lm", *lms))
+    ranges = dict(cfg.search.ranges)
+    if "nnlm" in ranges:  # every NNLM weight takes the configured NNLM range
+        ranges.update({k: ranges["nnlm"] for k in lms if k not in ranges})
+    space = build_space(comb, replace(cfg.search, ranges=ranges))
+    res = tune(dev, dev_table, comb, space, method="coordinate",
                max_rounds=cfg.search.max_rounds, coarse_points=cfg.search.coarse_points, restarts=cfg.search.restarts)
     choice = select(test_table, comb.totals(test_table, res.weights))
     words = [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(test, choice, strict=True)]
@@ -650,6 +660,8 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     if scratch is not None:
         metrics["ppl_init"] = scratch
     metrics.update(main["priv"])
+    if cfg.kind == "nbest":
+        metrics["rescore_with_baseline"] = cfg.with_baseline
     if cfg.compare_all and cfg.fedlm.get("loss", "all") != "all":
         metrics["ppl_all_utts"] = variant("all", {**cfg.fedlm, "loss": "all"}, cfg.init, cfg.dp)["ppl"]
     elif cfg.compare_all:
@@ -703,14 +715,22 @@ class _WerEval:
         self.cfg, self.model, self.dev, self.test = cfg, model, data.dev, data.test
         self.refs = [nb.ref for nb in data.test]
         self.ids = [nb.utt_id for nb in data.test]
-        self.base = _rescore(cfg, model.lm, data.dev, data.test)
+        from privasr.rescore.combine import LMScoreCache
+
+        self.base_cache = LMScoreCache(model.lm)  # the unadapted NNLM's scores, computed once
+        self.base = _rescore(cfg, {"nnlm": self.base_cache}, data.dev, data.test)
         self.w_base = wer(self.refs, self.base.words)
         self.w_first = wer(self.refs, [nb.best.words for nb in data.test])
 
     def __call__(self, params: Mapping[str, np.ndarray]) -> dict[str, Any]:
         from privasr.metrics import mapsswe, wer
+        from privasr.rescore.combine import LMScoreCache
 
-        new = _rescore(self.cfg, _neural_lm(self.model, params), self.dev, self.test)
+        adapted = LMScoreCache(_neural_lm(self.model, params))
+        # alone it takes the unadapted model's place; with_baseline: log-linear interpolation with the unadapted
+        # NNLM (both weights tuned on dev)
+        lms = {"nnlm": self.base_cache, "nnlm_adapted": adapted} if self.cfg.with_baseline else {"nnlm": adapted}
+        new = _rescore(self.cfg, lms, self.dev, self.test)
         w = wer(self.refs, new.words)
         mp = mapsswe(self.refs, new.words, self.base.words, ids=self.ids)
         base = self.w_base.wer
@@ -802,7 +822,8 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     if "wer" in m:
         lines += ["| system | test WER |", "|---|---|", f"| first pass | {100 * m['wer_first_pass']:.2f}% |",
                   f"| unadapted NNLM rescoring | {100 * m['wer_baseline']:.2f}% |",
-                  f"| adapted NNLM rescoring | {100 * m['wer']:.2f}% ({100 * m['wer_rel_change']:+.2f}% rel., "
+                  f"| adapted NNLM rescoring{' (with the unadapted NNLM)' if m.get('rescore_with_baseline') else ''}"
+                  f" | {100 * m['wer']:.2f}% ({100 * m['wer_rel_change']:+.2f}% rel., "
                   f"MAPSSWE p = {m['mapsswe_p']:.3g}) |", ""]
     if "epsilon" in m:
         lines += [f"Differential privacy: noise multiplier {m['noise_multiplier']:g}, clip {m['clip_norm']:g}, "

@@ -176,7 +176,8 @@ def run_federated(
         resume: continue from ``checkpoint_dir/state.npz`` if it exists (it must come from the same run).
         key: anything JSON-able that identifies the run's data and settings beyond the arguments here; a
             checkpoint made with another key is refused.
-        on_round: called with each round's :class:`RoundLog` and the new server state.
+        on_round: called with each round's :class:`RoundLog` and the new server state, before the round's
+            checkpoint is written (metrics it adds to the entry are kept in it).
     """
     from privasr.federated.backends import make_backend
 
@@ -243,13 +244,13 @@ def run_federated(
         metrics = {**dict(m or {}), **metrics}
         entry = RoundLog(r, len(tasks), reported, dropped, metrics, time.perf_counter() - t0, client_s)
         history.append(entry)
+        if on_round is not None:  # before the checkpoint, so that metrics it adds to the entry are kept
+            on_round(entry, state)
         if ckpt is not None:
             save_tree(ckpt, {"run_key": run_key, "round": r + 1, "state": state,
                              "client_states": {int(k): v for k, v in client_states.items()},
                              "history": [h.to_dict() for h in history],
                              "accountant": privacy.accountant.state_dict() if privacy is not None else None})
-        if on_round is not None:
-            on_round(entry, state)
     return FederatedResult(state, client_states, history, start)
 
 
