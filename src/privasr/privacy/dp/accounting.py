@@ -53,6 +53,7 @@ laplace             without/with_replacement    none
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,12 +93,33 @@ SUPPORTED: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
 """``(mechanism, sampler) -> ((accountant, neighboring), ...)`` that dp_accounting can account for."""
 
 
+class _QuietRdpOrders(logging.Filter):
+    """Drops dp_accounting's "failed to converge ... Excluding this order" warnings.
+
+    The RDP accountant evaluates a grid of orders and reports the smallest epsilon over them; an order whose
+    series does not converge is left out, which keeps the result a valid bound. At small noise or large
+    sampling rates it prints one such line per order at every composition, dozens per round. The count of
+    dropped lines is kept in :attr:`dropped`.
+    """
+
+    dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "failed to converge" in record.getMessage() and "Excluding this order" in record.getMessage():
+            type(self).dropped += 1
+            return False
+        return True
+
+
 def _dp() -> Any:
     try:
         import dp_accounting
     except ImportError:  # pragma: no cover - depends on the environment
         raise ConfigError("differential privacy accounting needs the dp-accounting package, which is not installed",
                           expected="pip install 'privasr[federated]' (or 'dp-accounting>=0.4')") from None
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _QuietRdpOrders) for f in absl.filters):
+        absl.addFilter(_QuietRdpOrders())
     return dp_accounting
 
 
