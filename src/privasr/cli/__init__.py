@@ -43,7 +43,7 @@ def _root(
 
 
 def _register() -> None:
-    from privasr.cli import bench, confidence, data, demo, fedlm, fmp, lm, privacy, rescore, score
+    from privasr.cli import bench, confidence, data, decode, demo, fedlm, fmp, lm, privacy, rescore, score
 
     app.add_typer(data.app, name="data")
     app.add_typer(score.app, name="score")
@@ -55,6 +55,7 @@ def _register() -> None:
     app.add_typer(confidence.app, name="confidence")
     app.command("demo")(demo.demo)
     app.command("bench")(bench.bench)
+    app.command("decode")(decode.decode)
 
 
 _register()

@@ -1,0 +1,132 @@
+"""``privasr decode``: first-pass decoding of WAV files into canonical N-best JSON Lines (pocketsphinx)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from privasr.errors import InputError
+
+__all__ = ["decode", "collect_wavs"]
+
+
+def collect_wavs(inputs: list[Path]) -> list[Path]:
+    """The WAV files named or found (``*.wav``, naturally sorted) in the given files and folders."""
+    from privasr.corpus.formats._common import natural_key
+
+    out: list[Path] = []
+    for p in inputs:
+        if p.is_dir():
+            found = sorted((q for q in p.iterdir() if q.suffix.lower() == ".wav"), key=lambda q: natural_key(q.name))
+            if not found:
+                raise InputError("no .wav files in the folder", path=p, expected="WAV files")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise InputError("no such file or folder", path=p, expected="WAV files or folders of them")
+    stems = [q.stem for q in out]
+    if len(set(stems)) != len(stems):
+        dup = next(s for s in stems if stems.count(s) > 1)
+        raise InputError(f"two inputs share the utterance id {dup!r}", expected="unique file stems")
+    return out
+
+
+def decode(
+    inputs: Annotated[list[Path], typer.Argument(help="WAV files or folders of WAV files (any sample rate).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="N-best JSON Lines to write (OUT.results.json beside it).")],
+    lm: Annotated[Path | None, typer.Option("--lm", help="ARPA (or pocketsphinx binary) LM; default: bundled en-us.")] = None,
+    dictionary: Annotated[Path | None, typer.Option("--dict", help="Pronunciation dictionary; default: bundled cmudict.")] = None,
+    hmm: Annotated[Path | None, typer.Option("--hmm", help="Acoustic model folder; default: bundled en-us.")] = None,
+    nbest: Annotated[int, typer.Option("--nbest", help="Most hypotheses per utterance (after merging duplicates).")] = 10,
+    ref: Annotated[Path | None, typer.Option("--ref", help="Kaldi text references ('utt_id words...', id = file stem).")] = None,
+    fsdd: Annotated[bool, typer.Option("--fsdd", help="References from FSDD file names ({digit}_{speaker}_{index}.wav).")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", help="Decode only the first N files.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (each loads its own decoder).")] = 1,
+) -> None:
+    """Decode WAV files with pocketsphinx into canonical N-best JSON Lines.
+
+    Scores per hypothesis (natural log): total (the decoder's N-best path score), lm (the first-pass LM's log-probability of the words) and am (total minus the weighted LM and word-insertion terms). Writes OUT and OUT.results.json (config, version, metrics: utterances, WER and oracle WER with references, real-time factor) and prints a summary line. Decoding is deterministic (seed: none).
+    """
+    from privasr import __version__
+    from privasr.asr.decode import Decoder, DecodeStats, decode_files, fsdd_reference
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+    from privasr.results import write_results
+
+    if ref is not None and fsdd:
+        raise InputError("--ref and --fsdd both given", expected="at most one source of references")
+    if nbest < 1:
+        raise InputError(f"--nbest is {nbest}", expected="an integer >= 1")
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit is {limit}", expected="an integer >= 1")
+    if jobs < 1:
+        raise InputError(f"--jobs is {jobs}", expected="an integer >= 1")
+    wavs = collect_wavs(inputs)
+    if limit is not None:
+        wavs = wavs[:limit]
+    refs: dict[str, tuple[str, ...]] | None = None
+    if fsdd:
+        refs = {w.stem: fsdd_reference(w) for w in wavs}
+    elif ref is not None:
+        from privasr.corpus.formats.kaldi_text import read_kaldi_text
+
+        refs = {t.utt_id: t.words for t in read_kaldi_text(ref)}
+        missing = [w.stem for w in wavs if w.stem not in refs]
+        if missing:
+            raise InputError(f"{len(missing)} utterances have no reference (e.g. {', '.join(missing[:5])})",
+                             path=ref, expected="a reference for every file stem")
+    probe = Decoder(lm=lm, dict=dictionary, hmm=hmm, nbest=nbest)  # validates the models before any work
+    kw = {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs}
+    stats: list[DecodeStats] = []
+    if jobs == 1 or len(wavs) < 2:
+        nbs = decode_files(wavs, stats=stats, decoder=probe, refs=refs)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [wavs[i::jobs] for i in range(jobs)]
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            futs = [ex.submit(_decode_chunk, c, kw) for c in chunks if c]
+            parts = [f.result() for f in futs]
+        by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
+        nbs = [by_id[w.stem] for w in wavs]
+        stats = [DecodeStats(sum(s.utterances for _, s in parts), sum(s.audio_s for _, s in parts),
+                             sum(s.decode_s for _, s in parts))]
+    st = stats[0]
+    write_nbest(out, nbs)
+    metrics: dict[str, object] = {"utterances": len(nbs), "audio_s": st.audio_s, "decode_s": st.decode_s,
+                                  "rtf": st.rtf, "hyps_per_utt": sum(len(n) for n in nbs) / max(len(nbs), 1)}
+    summary = f"{len(nbs):,} utterances, {st.audio_s:.1f} s audio, RTF {st.rtf:.3f}"
+    if refs is not None:
+        from privasr.metrics.oracle import onebest_wer, oracle_wer
+        from privasr.metrics.wer import wer
+
+        w1, wo = onebest_wer(nbs), oracle_wer(nbs)
+        wd = wer([n.ref or () for n in nbs], [tuple(str(n.meta.get("decoder_1best", "")).split()) for n in nbs])
+        metrics.update({"wer": _num(w1.wer), "oracle_wer": _num(wo.wer), "decoder_1best_wer": _num(wd.wer),
+                        "ser": _num(w1.ser), "ref_words": w1.ref_words, "counts": w1.as_dict()})
+        summary += f", WER {100 * w1.wer:.2f}%, oracle WER {100 * wo.wer:.2f}%"
+    config = {"inputs": [str(p) for p in inputs], "files": len(wavs), "lm": str(lm) if lm else None,
+              "dict": str(dictionary) if dictionary else None, "hmm": str(hmm) if hmm else None, "nbest": nbest,
+              "ref": str(ref) if ref else None, "fsdd": fsdd, "limit": limit, "jobs": jobs,
+              "decoder": probe.config}
+    data = {"nbest": out, **({"lm": lm} if lm else {}), **({"dict": dictionary} if dictionary else {}),
+            **({"ref": ref} if ref else {})}
+    res = write_results(out.parent, config=config, seed=None, metrics=metrics, data=data,
+                        extra={"seed_note": "decoding is deterministic; no seed"},
+                        filename=f"{out.name}.results.json")
+    typer.echo(f"privasr {__version__} decode: {summary} -> {out} ({res.name})")
+
+
+def _decode_chunk(paths: list[Path], kw: dict) -> tuple[list, object]:
+    from privasr.asr.decode import DecodeStats, decode_files
+
+    stats: list[DecodeStats] = []
+    res = decode_files(paths, stats=stats, **kw)
+    return res, stats[0]
+
+
+def _num(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,164 @@
+"""Tests of privasr.asr.decode: audio reading, token stripping, the digits LM and decoding FSDD files."""
+
+from __future__ import annotations
+
+import math
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pocketsphinx")
+pytest.importorskip("soundfile")
+
+from privasr.asr.decode import (  # noqa: E402
+    SAMPLE_RATE,
+    Decoder,
+    DecodeStats,
+    decode_files,
+    digits_lm,
+    fsdd_reference,
+    read_audio,
+    strip_tokens,
+)
+from privasr.corpus.formats.fsdd import DIGITS  # noqa: E402
+from privasr.errors import InputError  # noqa: E402
+from privasr.paths import data_dir  # noqa: E402
+
+
+def _fsdd() -> Path | None:
+    d = data_dir()
+    p = d / "fsdd-digits" / "recordings" if d is not None else None
+    return p if p is not None and p.is_dir() else None
+
+
+FSDD = _fsdd()
+needs_fsdd = pytest.mark.skipif(FSDD is None, reason="shared fsdd-digits data not present")
+
+
+def _test_split(limit: int | None = None) -> list[Path]:
+    assert FSDD is not None
+    files = sorted(FSDD.glob("*_[0-4].wav"))
+    return files if limit is None else files[:: max(1, len(files) // limit)][:limit]
+
+
+def _write_wav(path: Path, x: np.ndarray, rate: int, channels: int = 1) -> None:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(x.astype("<i2").tobytes())
+
+
+def test_strip_tokens():
+    assert strip_tokens(["<s>", "<sil>", "hello(3)", "[NOISE]", "++UH++", "world", "</s>"]) == ("hello", "world")
+    assert strip_tokens([]) == ()
+
+
+def test_fsdd_reference():
+    assert fsdd_reference("/x/9_yweweler_12.wav") == ("nine",)
+    with pytest.raises(InputError, match="FSDD"):
+        fsdd_reference("hello.wav")
+
+
+def test_read_audio_resamples_and_mixes(tmp_path):
+    t = np.arange(8000) / 8000
+    tone = (0.5 * 32767 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    p = tmp_path / "a.wav"
+    _write_wav(p, np.stack([tone, tone], axis=1).reshape(-1), 8000, channels=2)
+    y = read_audio(p)
+    assert y.dtype == np.int16 and len(y) == SAMPLE_RATE  # 1 s at 16 kHz
+    assert 0.4 * 32767 < np.abs(y.astype(float)).max() < 0.6 * 32767
+
+
+def test_read_audio_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_audio(tmp_path / "missing.wav")
+    bad = tmp_path / "bad.wav"
+    bad.write_text("not audio")
+    with pytest.raises(InputError, match="bad.wav: cannot read audio"):
+        read_audio(bad)
+    empty = tmp_path / "empty.wav"
+    _write_wav(empty, np.zeros(0, dtype=np.int16), 16000)
+    with pytest.raises(InputError, match="empty"):
+        read_audio(empty)
+
+
+def test_digits_lm(tmp_path):
+    arpa, dic = digits_lm(tmp_path)
+    from privasr.lm.ngram.arpa import read_arpa
+
+    m = read_arpa(arpa)
+    assert m.order == 1
+    assert math.isclose(10 ** m.logprob("seven", ["<s>"]), 1 / 11, rel_tol=1e-6)
+    heads = {line.split()[0] for line in dic.read_text().splitlines()}
+    assert {"zero", "zero(2)", "nine"} <= heads
+
+
+def test_decoder_rejects_missing_lm(tmp_path):
+    with pytest.raises(InputError, match="no such LM"):
+        Decoder(lm=tmp_path / "nope.arpa")
+    with pytest.raises(InputError, match="nbest"):
+        Decoder(nbest=0)
+
+
+def _check(nbs, files):
+    assert [nb.utt_id for nb in nbs] == [f.stem for f in files]
+    for nb in nbs:
+        assert len(nb) >= 1
+        assert nb.ref == fsdd_reference(nb.utt_id + ".wav")
+        totals = [h.scores["total"] for h in nb.hyps if "total" in h.scores]
+        assert totals == sorted(totals, reverse=True)
+        texts = [h.text for h in nb.hyps]
+        assert len(set(texts)) == len(texts)  # duplicates merged
+        assert nb.meta["decoder_1best"] in texts  # the decoder's 1-best is always there
+        for h in nb.hyps:
+            assert h.scores["lm"] <= 0.0
+            if "total" in h.scores:
+                assert h.scores["am"] < 0.0
+            assert all("(" not in w and not w.startswith("<") for w in h.words)
+
+
+@needs_fsdd
+def test_decode_fsdd_digits_lm(tmp_path):
+    from privasr.metrics.oracle import onebest_wer, oracle_wer
+
+    files = _test_split(10)
+    arpa, dic = digits_lm(tmp_path)
+    refs = {f.stem: fsdd_reference(f) for f in files}
+    stats: list[DecodeStats] = []
+    nbs = decode_files(files, lm=arpa, dict=dic, nbest=5, refs=refs, stats=stats)
+    _check(nbs, files)
+    for nb in nbs:
+        assert len(nb) <= 5
+        assert all(set(h.words) <= set(DIGITS) for h in nb.hyps)
+        # unigram LM: ln P = (n + 1) * ln(1/11)
+        for h in nb.hyps:
+            assert math.isclose(h.scores["lm"], (len(h) + 1) * math.log(1 / 11), abs_tol=1e-3)
+    w1, wo = onebest_wer(nbs), oracle_wer(nbs)
+    assert 0.0 <= wo.wer <= w1.wer <= 1.0
+    assert stats[0].utterances == 10 and stats[0].audio_s > 0 and stats[0].rtf > 0
+
+
+@needs_fsdd
+def test_decode_fsdd_bundled_lm_deterministic():
+    files = _test_split(3)
+    a = decode_files(files, nbest=4, refs={f.stem: fsdd_reference(f) for f in files})
+    _check(a, files)
+    b = decode_files(files[:1], nbest=4, refs={files[0].stem: fsdd_reference(files[0])})
+    assert a[0] == b[0]
+
+
+@pytest.mark.slow
+@needs_fsdd
+def test_decode_fsdd_test_split_digits_lm(tmp_path):
+    from privasr.metrics.oracle import onebest_wer, oracle_wer
+
+    files = _test_split()
+    assert len(files) == 300
+    arpa, dic = digits_lm(tmp_path)
+    nbs = decode_files(files, lm=arpa, dict=dic, refs={f.stem: fsdd_reference(f) for f in files})
+    _check(nbs, files)
+    w1, wo = onebest_wer(nbs), oracle_wer(nbs)
+    assert wo.wer < w1.wer < 0.5  # measured: WER 30.3%, oracle 18.0%
