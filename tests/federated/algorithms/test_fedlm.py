@@ -138,6 +138,21 @@ def test_threshold_drops_low_confidence_utterances(vocab, mcfg):
     assert ua.weight == 5.0 and not np.allclose(ua.arrays["output.bias"], um.arrays["output.bias"])
 
 
+def test_dropped_utterances_do_not_take_batch_slots(vocab, mcfg):
+    # batch 2: the kept utterances A and C must share one batch, as for a client holding only A and C
+    alg = make_alg(vocab, mcfg, loss="threshold", threshold=0.6, server="fedavg", batch_size=2)
+    p = alg.broadcast(alg.init(rng(0)), 0)
+    hi, lo = np.array([1.0, 1.0]), np.array([0.1, 0.1])
+    mixed = FedLmClient("m", ((3, 4), (5, 6), (7, 3)), (hi, lo, hi))
+    kept_only = FedLmClient("k", ((3, 4), (7, 3)), (hi, hi))
+    seqs, _, _ = alg._windows(mixed)
+    assert len(seqs) == 2
+    um, _ = alg.client_update(p, mixed, None, rng(1))
+    uk, _ = alg.client_update(p, kept_only, None, rng(1))
+    for k in um.arrays:
+        np.testing.assert_array_equal(um.arrays[k], uk.arrays[k])
+
+
 def test_clipping_bounds_the_update(vocab, mcfg):
     alg = make_alg(vocab, mcfg, clip_norm=0.01, weighting="uniform", server="fedavg")
     state = alg.init(rng(0))

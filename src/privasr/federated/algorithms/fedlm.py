@@ -25,8 +25,10 @@ The loss of a mini-batch ``B`` is the weighted mean cross-entropy, **normalised 
 
 This differs from the paper's eqs. 2-5, which average ``1/T_j`` within each utterance and then ``1/n_b`` over
 the batch: here every kept token counts the same whatever its utterance's length, and a batch with low
-confidences is not also given a smaller step (only the relative weights within the batch matter). A batch
-whose weights are all 0 makes no step; a client whose weights are all 0 sends a zero delta.
+confidences is not also given a smaller step (only the relative weights within the batch matter). Windows
+whose weights are all 0 (utterances the threshold drops) are left out before batching, so every mini-batch
+holds ``batch_size`` windows that count (batches of mostly dropped windows made single short utterances take
+full learning-rate-1 steps, and some clients diverged); a client whose weights are all 0 sends a zero delta.
 
 **Server (eqs. 6-11).** ``Delta_t = sum_i w_i Delta_i / sum_i w_i`` (eq. 6) with ``w_i`` the number of words
 the client trained on (``weighting="words"``: the words of its utterances with some positive weight) or
@@ -395,7 +397,9 @@ class FedLmAlgorithm:
         return {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in model.named_parameters()}
 
     def _windows(self, client: FedLmClient) -> tuple[list[np.ndarray], list[np.ndarray], float]:
-        """``<s> w .. </s>`` id windows, their target weights, and the words of kept utterances."""
+        """``<s> w .. </s>`` id windows with some positive target weight, their target weights, and the words
+        of kept utterances (windows whose weights are all 0 are not batched: a mini-batch holds
+        ``batch_size`` windows that count)."""
         v = len(self.vocab)
         max_len = self.model_config.max_len
         seqs: list[np.ndarray] = []
@@ -410,8 +414,11 @@ class FedLmAlgorithm:
             if tw.sum() > 0:
                 words += len(s)
             for start in range(0, len(ids) - 1, max_len):
+                w = tw[start:start + max_len]
+                if not w.any():  # a window with no weight (a dropped utterance) is left out of the batches
+                    continue
                 seqs.append(ids[start:start + max_len + 1])
-                wts.append(tw[start:start + max_len])
+                wts.append(w)
         return seqs, wts, float(words)
 
     # -- server ---------------------------------------------------------------------------------------------
