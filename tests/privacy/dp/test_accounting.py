@@ -312,3 +312,20 @@ def test_unconverged_rdp_orders_are_dropped_quietly_and_the_bound_still_holds(ca
     direct = dp.rdp.RdpAccountant().compose(
         dp.PoissonSampledDpEvent(0.1, dp.GaussianDpEvent(0.5)), 20).get_epsilon(1e-5)
     assert eps == pytest.approx(direct, rel=1e-12)
+
+
+def test_rdp_evaluates_each_distinct_event_once_and_matches_dp_accounting():
+    ev = round_event(dp.GaussianDpEvent(1.0), "without_replacement", sample_size=8, population=32)
+    other = round_event(dp.GaussianDpEvent(2.0), "without_replacement", sample_size=8, population=32)
+    acct = PrivacyAccountant("rdp", neighboring="replace_one")
+    eps = []
+    for r in range(6):
+        acct.step(ev if r != 3 else other)
+        eps.append(acct.epsilon())
+    assert len(acct._curves) == 2  # one curve per distinct event, however many rounds
+    direct = dp.rdp.RdpAccountant(neighboring_relation=dp.NeighboringRelation.REPLACE_ONE)
+    half = round_event(dp.GaussianDpEvent(0.5), "without_replacement", sample_size=8, population=32)
+    direct.compose(half, 3).compose(
+        round_event(dp.GaussianDpEvent(1.0), "without_replacement", sample_size=8, population=32), 1).compose(half, 2)
+    assert eps[-1] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    assert eps == sorted(eps)
