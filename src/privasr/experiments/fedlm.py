@@ -747,11 +747,18 @@ def _wer(ev: _WerEval, run: dict[str, Any], metrics: dict[str, Any]) -> dict[str
     bs = paired_bootstrap(r["_wer"].utt_errors, ev.w_base.utt_errors, r["_wer"].utt_ref_words, seed=ev.cfg.seed,
                           resamples=ev.cfg.bootstrap_resamples)
     metrics.update({k: r[k] for k in ("wer", "wer_rel_change", "mapsswe_p", "mapsswe_z", "mapsswe_better")})
+    metrics.update(wer_counts=_counts(r["_wer"]), wer_baseline_counts=_counts(ev.w_base))
     metrics.update(wer_baseline=ev.w_base.wer, wer_first_pass=ev.w_first.wer, bootstrap_ci_low=bs.ci_low,
                    bootstrap_ci_high=bs.ci_high, bootstrap_prob_improvement=bs.prob_a_better,
                    test_utterances=len(ev.test), rescore_s=time.perf_counter() - t0)
     return {"weights_baseline": ev.base.weights, "weights_adapted": r["weights"],
             "dev_errors_baseline": ev.base.dev_errors, "dev_errors_adapted": r["dev_errors"]}
+
+
+def _counts(w: Any) -> dict[str, int]:
+    """Substitutions, deletions, insertions and reference words of a WER result."""
+    return {"sub": int(w.substitutions), "del": int(w.deletions), "ins": int(w.insertions),
+            "ref_words": int(w.ref_words)}
 
 
 def _row_wer(ev: _WerEval | None, run: dict[str, Any]) -> dict[str, Any]:
