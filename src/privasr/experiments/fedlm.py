@@ -115,7 +115,16 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
     """
     from privasr.federated.algorithms.fedlm import LOSSES, FedLmConfig
     from privasr.federated.sampling import make_sampler
-    from privasr.rescore.run import SearchConfig, _int, _lm_spec, _mapping, _path, _ranges, _str, expand_vars
+    from privasr.rescore.run import (
+        SearchConfig,
+        _int,
+        _mapping,
+        _path,
+        _ranges,
+        _str,
+        expand_vars,
+        server_nnlm,
+    )
 
     raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
     name = _str(raw.get("name", "fedlm"), "name")
@@ -171,13 +180,7 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
                           expected="data.kind: earnings21 with confidence.source: data")
     if confidence["source"] == "classifier" and kind != "nbest":
         raise ConfigError("confidence.source 'classifier' needs N-best data", expected="data.kind: nbest")
-    if "nnlm" not in raw:
-        raise ConfigError("config key 'nnlm' is missing", expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
-    nnlm = _lm_spec("nnlm", raw["nnlm"], check_files)
-    if nnlm.neural is None:
-        raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
-    cache = raw.get("cache_dir")
-    cache_dir = Path(expand_vars(str(cache))) if cache is not None else None
+    nnlm, cache_dir = server_nnlm(raw, check_files)
     init = _str(raw.get("init", "pretrained"), "init", ("pretrained", "scratch"))
     fed_cfg = _mapping(raw.get("fedlm", {}), "fedlm")
     try:

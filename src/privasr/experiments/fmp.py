@@ -110,12 +110,12 @@ def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> F
     from privasr.rescore.run import (
         SearchConfig,
         _int,
-        _lm_spec,
         _mapping,
         _path,
         _ranges,
         _str,
         expand_vars,
+        server_nnlm,
     )
 
     raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
@@ -145,13 +145,7 @@ def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> F
         raise ConfigError(f"config key 'combine.first_pass_lm' is {fpl!r}", expected="true or false")
     clients = _mapping(raw.get("clients", {}), "clients", ("key",))
     key = _str(clients.get("key", "client"), "clients.key", ("client", "speaker"))
-    if "nnlm" not in raw:
-        raise ConfigError("config key 'nnlm' is missing", expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
-    nnlm = _lm_spec("nnlm", raw["nnlm"], check_files)
-    if nnlm.neural is None:
-        raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
-    cache = raw.get("cache_dir")
-    cache_dir = Path(expand_vars(str(cache))) if cache is not None else None
+    nnlm, cache_dir = server_nnlm(raw, check_files)
     s = _mapping(raw.get("search", {}), "search", ("ranges", "max_rounds", "coarse_points", "restarts"))
     search = SearchConfig(method="coordinate", ranges=_ranges(s.get("ranges", {})),
                           max_rounds=_int(s.get("max_rounds", 20), "search.max_rounds", 1),

@@ -371,6 +371,21 @@ def _lm_spec(name: Any, v: Any, check: bool) -> LMSpec:
     return LMSpec(name, text=text, order=order, prune=t.get("prune"), normalize=norm)
 
 
+def server_nnlm(raw: Mapping[str, Any], check: bool) -> tuple[LMSpec, Path | None]:
+    """An experiment config's ``nnlm`` (a neural LM spec, required) and ``cache_dir`` (optional) keys.
+
+    Raises:
+        ConfigError: ``nnlm`` is missing or not a neural LM.
+    """
+    if "nnlm" not in raw:
+        raise ConfigError("config key 'nnlm' is missing", expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
+    nnlm = _lm_spec("nnlm", raw["nnlm"], check)
+    if nnlm.neural is None:
+        raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
+    cache = raw.get("cache_dir")
+    return nnlm, (Path(expand_vars(str(cache))) if cache is not None else None)
+
+
 def _text_source(v: Any, where: str, check: bool) -> str:
     from privasr.experiments.text import TEXT_SOURCES
 
