@@ -546,7 +546,7 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
         from privasr.federated.backends.flower import run_flower
 
         res = run_flower(alg, list(clients), rounds=cfg.rounds, sampler=cfg.sampler, seed=cfg.seed,
-                         min_clients=cfg.min_clients, privacy=privacy,
+                         min_clients=cfg.min_clients, privacy=privacy, on_round=on_round,
                          **{"mode": "simulation", **cfg.backend_options})
     else:
         backend = make_backend(cfg.backend, **cfg.backend_options)
@@ -642,7 +642,10 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     runs: dict[str, dict[str, Any]] = {}
 
     def variant(name: str, fedlm: Mapping[str, Any], init: str, dp: Mapping[str, Any] | None) -> dict[str, Any]:
-        key = (dict(fedlm), init, None if dp is None else dict(dp))
+        from privasr.federated.algorithms.fedlm import FedLmConfig
+
+        # keyed by the resolved settings: a row spelling out a default is the same run
+        key = (FedLmConfig.from_dict(fedlm).to_dict(), init, None if dp is None else dict(dp))
         for r in runs.values():
             if r["key"] == key:
                 return r
