@@ -292,3 +292,16 @@ def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
     noconf = _tar(tmp_path / "noconf.tar.xz", {"ctm/1.ctm": "1 A 0.0 0.1 hello\n"})
     with pytest.raises(InputError, match="no confidences"):
         ctm_utterances(noconf, 1.0)
+
+
+@pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp"])
+def test_shipped_configs_validate(name):
+    from privasr.rescore.run import read_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_fedlm_config(read_config(root / "configs" / f"{name}.yaml"), check_files=False)
+    assert cfg.name == name
+    if name == "fedlm-ami-dp":
+        assert cfg.dp is not None and cfg.dp["noise_multiplier"] == 1.5 and cfg.fedlm["clip_norm"] == 0.5
+    if name.startswith("fedlm-earnings21"):
+        assert cfg.fedlm["loss"] == "token" and cfg.compare_all  # the contract: ppl, ppl_baseline, ppl_all_utts
