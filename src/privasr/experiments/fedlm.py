@@ -69,7 +69,6 @@ MODEL_FILE = "model.pt"
 
 _TOP = ("name", "seed", "data", "clients", "confidence", "nnlm", "cache_dir", "init", "fedlm", "rounds", "dp",
         "federated", "compare_all", "tables", "rescore", "eval")
-_FED_KEYS = ("backend", "backend_options", "sampler", "min_clients")
 _DP_KEYS = ("noise_multiplier", "delta", "accountant", "neighboring")
 _TABLE_KEYS = ("loss", "init", "noise")
 
@@ -114,7 +113,6 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
     privasr.errors.ConfigError: config key 'data' (kind nbest) needs dev and test (expected {kind: nbest, dev: PATH, test: PATH})
     """
     from privasr.federated.algorithms.fedlm import LOSSES, FedLmConfig
-    from privasr.federated.sampling import make_sampler
     from privasr.rescore.run import (
         SearchConfig,
         _int,
@@ -123,6 +121,7 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
         _ranges,
         _str,
         expand_vars,
+        federation_settings,
         server_nnlm,
     )
 
@@ -205,11 +204,7 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
         dp["accountant"] = _str(dp.get("accountant", "rdp"), "dp.accountant", ("rdp", "pld"))
         dp["neighboring"] = _str(dp.get("neighboring", "auto"), "dp.neighboring",
                                  ("auto", "add_or_remove_one", "replace_one"))
-    fed = _mapping(raw.get("federated", {}), "federated", _FED_KEYS)
-    backend = _str(fed.get("backend", "local"), "federated.backend", ("local", "ray", "flower"))
-    backend_options = _mapping(fed.get("backend_options", {}), "federated.backend_options")
-    sampler = make_sampler(fed.get("sampler", "all"))
-    min_clients = _int(fed.get("min_clients", 1), "federated.min_clients", 1)
+    backend, backend_options, sampler, min_clients = federation_settings(raw)
     compare_all = raw.get("compare_all", True)
     if not isinstance(compare_all, bool):
         raise ConfigError(f"config key 'compare_all' is {compare_all!r}", expected="true or false")

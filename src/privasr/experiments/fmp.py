@@ -53,7 +53,6 @@ _TOP = ("name", "seed", "data", "clients", "nnlm", "background", "cache_dir", "c
 _FMP_KEYS = ("alpha", "beta", "sigma", "smoothing", "refresh", "send", "rounds", "qbar_threshold", "order", "beta2",
              "smoothing2")
 _DP_KEYS = ("epsilon", "unit", "cap", "accountant", "delta", "threshold_sd")
-_FED_KEYS = ("backend", "backend_options", "sampler", "min_clients")
 _TABLE_KEYS = ("rounds", "hyper", "epsilon", "bigram")
 
 
@@ -106,7 +105,6 @@ def _floats(v: Any, where: str, lo: float | None = None) -> tuple[float, ...]:
 def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> FmpRunConfig:
     """Validate an FMP config (see ``configs/fmp-ami.yaml``) before any work starts; unknown keys are errors."""
     from privasr.federated.algorithms.fmp import FmpConfig
-    from privasr.federated.sampling import make_sampler
     from privasr.rescore.run import (
         SearchConfig,
         _int,
@@ -115,6 +113,7 @@ def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> F
         _ranges,
         _str,
         expand_vars,
+        federation_settings,
         server_nnlm,
     )
 
@@ -169,11 +168,7 @@ def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> F
         dp["accountant"] = _str(dp.get("accountant", "pld"), "dp.accountant", ("pld", "rdp"))
         dp["delta"] = _floats(dp.get("delta", 1e-5), "dp.delta", 0.0)[0]
         dp["threshold_sd"] = _floats(dp.get("threshold_sd", 3.0), "dp.threshold_sd", 0.0)[0]
-    fed = _mapping(raw.get("federated", {}), "federated", _FED_KEYS)
-    backend = _str(fed.get("backend", "local"), "federated.backend", ("local", "ray", "flower"))
-    backend_options = _mapping(fed.get("backend_options", {}), "federated.backend_options")
-    sampler = make_sampler(fed.get("sampler", "all"))
-    min_clients = _int(fed.get("min_clients", 1), "federated.min_clients", 1)
+    backend, backend_options, sampler, min_clients = federation_settings(raw)
     t = _mapping(raw.get("tables", {}), "tables", _TABLE_KEYS)
     tables: dict[str, Any] = {}
     if "rounds" in t:

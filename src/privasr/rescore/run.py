@@ -386,6 +386,27 @@ def server_nnlm(raw: Mapping[str, Any], check: bool) -> tuple[LMSpec, Path | Non
     return nnlm, (Path(expand_vars(str(cache))) if cache is not None else None)
 
 
+def federation_settings(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any], Any, int]:
+    """An experiment config's ``federated`` key: ``(backend, backend_options, sampler, min_clients)``.
+
+    ``{backend: local | ray | flower, backend_options: {...}, sampler: all | {kind: ..., ...},
+    min_clients: 1}``, every key optional.
+
+    Raises:
+        ConfigError: an unknown key or a bad value, naming it.
+
+    >>> federation_settings({"federated": {"sampler": {"kind": "poisson", "rate": 0.2}}})
+    ('local', {}, Poisson(rate=0.2), 1)
+    """
+    from privasr.federated.sampling import make_sampler
+
+    fed = _mapping(raw.get("federated", {}), "federated", ("backend", "backend_options", "sampler", "min_clients"))
+    backend = _str(fed.get("backend", "local"), "federated.backend", ("local", "ray", "flower"))
+    backend_options = _mapping(fed.get("backend_options", {}), "federated.backend_options")
+    sampler = make_sampler(fed.get("sampler", "all"))
+    return backend, backend_options, sampler, _int(fed.get("min_clients", 1), "federated.min_clients", 1)
+
+
 def _text_source(v: Any, where: str, check: bool) -> str:
     from privasr.experiments.text import TEXT_SOURCES
 
