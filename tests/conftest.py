@@ -41,3 +41,12 @@ def golden() -> Path:
 def test_data() -> Path:
     """Path to tests/data, the project's own small fixtures."""
     return TEST_DATA
+
+
+@pytest.fixture(scope="session")
+def fsdd_recordings(shared_data: Path) -> Path:
+    """The FSDD ``recordings/`` folder of the shared data; skips the test when absent."""
+    p = shared_data / "fsdd-digits" / "recordings"
+    if not p.is_dir():
+        pytest.skip("shared fsdd-digits data not present")
+    return p

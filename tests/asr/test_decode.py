@@ -24,22 +24,10 @@ from privasr.asr.decode import (  # noqa: E402
 )
 from privasr.corpus.formats.fsdd import DIGITS  # noqa: E402
 from privasr.errors import InputError  # noqa: E402
-from privasr.paths import data_dir  # noqa: E402
 
 
-def _fsdd() -> Path | None:
-    d = data_dir()
-    p = d / "fsdd-digits" / "recordings" if d is not None else None
-    return p if p is not None and p.is_dir() else None
-
-
-FSDD = _fsdd()
-needs_fsdd = pytest.mark.skipif(FSDD is None, reason="shared fsdd-digits data not present")
-
-
-def _test_split(limit: int | None = None) -> list[Path]:
-    assert FSDD is not None
-    files = sorted(FSDD.glob("*_[0-4].wav"))
+def _test_split(recordings: Path, limit: int | None = None) -> list[Path]:
+    files = sorted(recordings.glob("*_[0-4].wav"))
     return files if limit is None else files[:: max(1, len(files) // limit)][:limit]
 
 
@@ -120,11 +108,10 @@ def _check(nbs, files):
             assert all("(" not in w and not w.startswith("<") for w in h.words)
 
 
-@needs_fsdd
-def test_decode_fsdd_digits_lm(tmp_path):
+def test_decode_fsdd_digits_lm(tmp_path, fsdd_recordings):
     from privasr.metrics.oracle import onebest_wer, oracle_wer
 
-    files = _test_split(10)
+    files = _test_split(fsdd_recordings, 10)
     arpa, dic = digits_lm(tmp_path)
     refs = {f.stem: fsdd_reference(f) for f in files}
     stats: list[DecodeStats] = []
@@ -141,9 +128,8 @@ def test_decode_fsdd_digits_lm(tmp_path):
     assert stats[0].utterances == 10 and stats[0].audio_s > 0 and stats[0].rtf > 0
 
 
-@needs_fsdd
-def test_decode_fsdd_bundled_lm_deterministic():
-    files = _test_split(3)
+def test_decode_fsdd_bundled_lm_deterministic(fsdd_recordings):
+    files = _test_split(fsdd_recordings, 3)
     a = decode_files(files, nbest=4, refs={f.stem: fsdd_reference(f) for f in files})
     _check(a, files)
     b = decode_files(files[:1], nbest=4, refs={files[0].stem: fsdd_reference(files[0])})
@@ -151,11 +137,10 @@ def test_decode_fsdd_bundled_lm_deterministic():
 
 
 @pytest.mark.slow
-@needs_fsdd
-def test_decode_fsdd_test_split_digits_lm(tmp_path):
+def test_decode_fsdd_test_split_digits_lm(tmp_path, fsdd_recordings):
     from privasr.metrics.oracle import onebest_wer, oracle_wer
 
-    files = _test_split()
+    files = _test_split(fsdd_recordings)
     assert len(files) == 300
     arpa, dic = digits_lm(tmp_path)
     nbs = decode_files(files, lm=arpa, dict=dic, refs={f.stem: fsdd_reference(f) for f in files})

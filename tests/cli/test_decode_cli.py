@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,26 +10,13 @@ pytest.importorskip("pocketsphinx")
 pytest.importorskip("soundfile")
 
 from privasr.cli import main  # noqa: E402
-from privasr.paths import data_dir  # noqa: E402
 
 
-def _fsdd() -> Path | None:
-    d = data_dir()
-    p = d / "fsdd-digits" / "recordings" if d is not None else None
-    return p if p is not None and p.is_dir() else None
-
-
-FSDD = _fsdd()
-needs_fsdd = pytest.mark.skipif(FSDD is None, reason="shared fsdd-digits data not present")
-
-
-@needs_fsdd
-def test_decode_cli_fsdd_digits(tmp_path, capsys):
+def test_decode_cli_fsdd_digits(tmp_path, capsys, fsdd_recordings):
     from privasr.asr.decode import digits_lm
     from privasr.corpus.formats.nbest_jsonl import read_nbest
 
-    assert FSDD is not None
-    files = sorted(FSDD.glob("*_0.wav"))[:6]
+    files = sorted(fsdd_recordings.glob("*_0.wav"))[:6]
     arpa, dic = digits_lm(tmp_path / "lm")
     out = tmp_path / "out" / "nb.jsonl"
     rc = main(["decode", *map(str, files), "--fsdd", "--lm", str(arpa), "--dict", str(dic), "--nbest", "3",
@@ -47,15 +33,13 @@ def test_decode_cli_fsdd_digits(tmp_path, capsys):
     assert res["seed"] is None and res["config"]["nbest"] == 3 and "version" in res
 
 
-@needs_fsdd
-def test_decode_cli_folder_limit_and_ref(tmp_path, capsys):
-    assert FSDD is not None
+def test_decode_cli_folder_limit_and_ref(tmp_path, capsys, fsdd_recordings):
     ref = tmp_path / "text"
-    names = sorted(p.stem for p in FSDD.glob("*.wav"))
+    names = sorted(p.stem for p in fsdd_recordings.glob("*.wav"))
     ref.write_text("".join(f"{n} {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine'][int(n[0])]}\n"
                            for n in names))
     out = tmp_path / "nb.jsonl"
-    rc = main(["decode", str(FSDD), "--limit", "2", "--ref", str(ref), "--nbest", "2", "--out", str(out)])
+    rc = main(["decode", str(fsdd_recordings), "--limit", "2", "--ref", str(ref), "--nbest", "2", "--out", str(out)])
     assert rc == 0
     assert len(out.read_text().splitlines()) == 2
     assert "2 utterances" in capsys.readouterr().out
