@@ -53,6 +53,7 @@ __all__ = [
     "roc_auc",
     "check_conf",
     "require_sklearn",
+    "fit_isotonic",
     "DEFAULT_BINS",
 ]
 
@@ -67,6 +68,29 @@ def require_sklearn() -> None:
     except ImportError:
         raise ConfigError("scikit-learn is not installed (needed to train confidence models and for the AUC)",
                           expected="pip install 'privasr[federated]'") from None
+
+
+def fit_isotonic(conf: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An increasing map from a raw confidence to P(correct): scikit-learn's ``IsotonicRegression``
+    (``out_of_bounds="clip"``), returned as its thresholds ``(x, y)`` for ``np.interp(c, x, y)``.
+
+    One pseudo-word of the opposite class is added at each end (a correct one at the lowest confidence, a wrong
+    one at the highest), so no mapped confidence is exactly 0 or 1: a correct word at 0 (or a wrong one at 1)
+    would cost unbounded cross entropy and silence a word completely in a confidence-weighted loss. With no
+    words the map is the constant 0.5.
+
+    >>> x, y = fit_isotonic(np.array([0.2, 0.4, 0.6, 0.8]), np.array([False, False, True, True]))
+    >>> np.interp([0.2, 0.8], x, y).round(3).tolist()
+    [0.333, 0.667]
+    """
+    require_sklearn()
+    from sklearn.isotonic import IsotonicRegression
+
+    raw = np.asarray(conf, dtype=np.float64)
+    xs = np.concatenate([raw, [raw.min(), raw.max()]]) if raw.size else np.array([0.0, 1.0])
+    ys = np.concatenate([np.asarray(correct, dtype=np.float64), [1.0, 0.0]])
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True).fit(xs, ys)
+    return np.asarray(iso.X_thresholds_, dtype=np.float64), np.asarray(iso.y_thresholds_, dtype=np.float64)
 
 
 def check_conf(conf: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -58,6 +58,7 @@ from privasr.confidence.calibration import (
     DEFAULT_BINS,
     ReliabilityCurve,
     brier_score,
+    fit_isotonic,
     normalized_cross_entropy,
     reliability_curve,
     require_sklearn,
@@ -476,18 +477,10 @@ class ConfidenceModel:
         iso_x = iso_y = None
         y_cal = np.zeros(0, dtype=bool)
         if calibrate:
-            from sklearn.isotonic import IsotonicRegression
-
             x_cal = stack([feats[i] for i in cal])
             y_cal = np.concatenate([ys[i] for i in cal])
-            raw = _sigmoid(predictor.logit(x_cal))
             # one pseudo-word of the opposite class at each end keeps the map strictly inside (0, 1)
-            xs = np.concatenate([raw, [raw.min(), raw.max()]]) if raw.size else np.array([0.0, 1.0])
-            ys_cal = np.concatenate([y_cal.astype(np.float64), [1.0, 0.0]])
-            iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True)
-            iso.fit(xs, ys_cal)
-            iso_x = np.asarray(iso.X_thresholds_, dtype=np.float64)
-            iso_y = np.asarray(iso.y_thresholds_, dtype=np.float64)
+            iso_x, iso_y = fit_isotonic(_sigmoid(predictor.logit(x_cal)), y_cal)
         import sklearn
 
         info = {

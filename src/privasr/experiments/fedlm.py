@@ -400,18 +400,12 @@ def _ctm_labels(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[str]]]
 def _isotonic(conf: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """An increasing map raw confidence -> P(correct) (scikit-learn's isotonic regression), as thresholds for
     ``np.interp``; one pseudo-word of the opposite class at each end keeps it inside (0, 1), as in
-    :class:`~privasr.confidence.model.ConfidenceModel`."""
-    from privasr.confidence.calibration import require_sklearn
-
-    require_sklearn()
-    from sklearn.isotonic import IsotonicRegression
+    :class:`~privasr.confidence.model.ConfidenceModel` (:func:`~privasr.confidence.calibration.fit_isotonic`)."""
+    from privasr.confidence.calibration import fit_isotonic
 
     if conf.size == 0:
         raise InputError("the calibration calls have no CTM words", expected="calls with recognised words")
-    xs = np.concatenate([conf, [conf.min(), conf.max()]])
-    ys = np.concatenate([hit.astype(np.float64), [1.0, 0.0]])
-    iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0, increasing=True).fit(xs, ys)
-    return np.asarray(iso.X_thresholds_, dtype=np.float64), np.asarray(iso.y_thresholds_, dtype=np.float64)
+    return fit_isotonic(conf, hit)
 
 
 def _nbest_data(cfg: FedLmRunConfig) -> _Data:
