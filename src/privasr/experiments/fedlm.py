@@ -516,8 +516,7 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
               ) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], dict[str, Any], float]:
     """One federated run; the final parameters, the round history, privacy figures and its seconds."""
     from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
-    from privasr.federated.backends import make_backend
-    from privasr.federated.loop import run_federated
+    from privasr.federated.backends import run_on
 
     t0 = time.perf_counter()
     conf = FedLmConfig.from_dict(fedlm)
@@ -531,20 +530,9 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
             curve.append(alg.perplexity(state["params"], eval_ids))
             log.metrics["eval_ppl"] = curve[-1]
 
-    if cfg.backend == "flower":
-        from privasr.federated.backends.flower import run_flower
-
-        res = run_flower(alg, list(clients), rounds=cfg.rounds, sampler=cfg.sampler, seed=cfg.seed,
-                         min_clients=cfg.min_clients, privacy=privacy, on_round=on_round,
-                         **{"mode": "simulation", **cfg.backend_options})
-    else:
-        backend = make_backend(cfg.backend, **cfg.backend_options)
-        try:
-            res = run_federated(alg, list(clients), rounds=cfg.rounds, sampler=cfg.sampler, backend=backend,
-                                seed=cfg.seed, min_clients=cfg.min_clients, privacy=privacy, checkpoint_dir=ckpt,
-                                resume=ckpt is not None, on_round=on_round)
-        finally:
-            backend.close()
+    res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
+                 checkpoint_dir=None if cfg.backend == "flower" else ckpt, on_round=on_round, rounds=cfg.rounds,
+                 sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients, privacy=privacy)
     priv: dict[str, Any] = {}
     if privacy is not None:
         priv = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta),

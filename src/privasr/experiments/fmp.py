@@ -409,7 +409,7 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     and privacy figures (``epsilon``, ``delta`` when ``dp`` is set). ``backend`` is a backend object, ``None``
     (local) or ``"flower"`` (:func:`~privasr.federated.backends.flower.run_flower` with ``flower_options``)."""
     from privasr.federated.algorithms.fmp import FmpAlgorithm, FmpConfig
-    from privasr.federated.loop import run_federated
+    from privasr.federated.backends import run_on
     from privasr.federated.sampling import AllClients
 
     cfg = dict(fmp)
@@ -423,15 +423,9 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     conf = FmpConfig.from_dict({**cfg, "lam": lam})
     alg = FmpAlgorithm(conf, u, bigram, normalizer)
     privacy = _privacy(dp, conf.privacy_composition())
-    if backend == "flower":  # Flower's simulation engine runs the same loop inside a ServerApp
-        from privasr.federated.backends.flower import run_flower
-
-        res = run_flower(alg, list(clients), rounds=rounds + 1, sampler=sampler or AllClients(), seed=seed,
-                         min_clients=min_clients, privacy=privacy, **{"mode": "simulation", **(flower_options or {})})
-    else:
-        res = run_federated(alg, list(clients), rounds=rounds + 1, sampler=sampler or AllClients(),
-                            backend=backend, seed=seed, min_clients=min_clients, privacy=privacy,
-                            checkpoint_dir=checkpoint_dir, resume=checkpoint_dir is not None)
+    res = run_on(backend, alg, clients, options=flower_options if backend == "flower" else None,
+                 checkpoint_dir=checkpoint_dir, rounds=rounds + 1, sampler=sampler or AllClients(), seed=seed,
+                 min_clients=min_clients, privacy=privacy)
     chosen: dict[str, int] = {}
     for i, c in enumerate(clients):
         # groups a client has not rescored yet (it missed rounds under sampling) are rescored on the device

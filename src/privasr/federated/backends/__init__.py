@@ -14,7 +14,7 @@ from typing import Any
 
 from privasr.errors import ConfigError
 
-__all__ = ["ClientVanished", "make_backend", "BACKENDS"]
+__all__ = ["ClientVanished", "make_backend", "run_on", "BACKENDS"]
 
 BACKENDS = ("local", "ray", "flower")
 
@@ -40,3 +40,31 @@ def make_backend(name: str | None = None, **options: Any) -> Any:
         raise ConfigError("the flower backend runs the whole loop inside a Flower ServerApp",
                           expected="privasr.federated.backends.flower.run_flower(...)")
     raise ConfigError(f"unknown backend {name!r}", expected=f"one of {', '.join(BACKENDS)}")
+
+
+def run_on(backend: Any, algorithm: Any, clients: Any, *, options: dict[str, Any] | None = None,
+           checkpoint_dir: Any = None, on_round: Any = None, **loop: Any) -> Any:
+    """Run the federated loop on ``backend`` and return its :class:`~privasr.federated.loop.FederatedResult`.
+
+    ``backend`` is ``"flower"`` (Flower's simulation engine runs the loop in a ServerApp:
+    :func:`~privasr.federated.backends.flower.run_flower` with ``options``; no checkpoint), a backend name or
+    ``None`` (made by :func:`make_backend` with ``options`` and closed afterwards), or a backend object (used as
+    is and left open). With ``checkpoint_dir`` the run checkpoints every round and resumes from it. ``loop`` is
+    the rest of :func:`~privasr.federated.loop.run_federated`'s arguments (``rounds``, ``sampler``, ``seed``,
+    ``min_clients``, ``privacy``).
+    """
+    if backend == "flower":
+        from privasr.federated.backends.flower import run_flower
+
+        return run_flower(algorithm, list(clients), on_round=on_round, **loop,
+                          **{"mode": "simulation", **(options or {})})
+    from privasr.federated.loop import run_federated
+
+    own = backend is None or isinstance(backend, str)
+    b = make_backend(backend, **(options or {})) if own else backend
+    try:
+        return run_federated(algorithm, list(clients), backend=b, checkpoint_dir=checkpoint_dir,
+                             resume=checkpoint_dir is not None, on_round=on_round, **loop)
+    finally:
+        if own:
+            b.close()
