@@ -181,11 +181,11 @@ def train_neural(
     config: Annotated[Path | None, typer.Option(
         "--config", help="YAML/JSON file with 'preset', 'model' and 'train' sections.")] = None,
     preset: Annotated[str | None, typer.Option(
-        "--preset", help="Model preset: paper000-transformer, paper001-lstm, small-transformer, small-lstm, "
-        "small-lstm-char, tiny-*.")] = None,
+        "--preset", help="Model preset: paper000-transformer, paper001-lstm, paper003-lstm (class softmax), "
+        "small-transformer, small-lstm, small-lstm-char, small-lstm-class, tiny-*.")] = None,
     overrides: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override an option: --set layers=2, --set train.lr=0.01, --set max_epochs=5 (repeatable; "
-        "model.* or train.* names).")] = None,
+        "--set", help="Override an option: --set layers=2, --set train.lr=0.01, --set max_epochs=5, "
+        "--set softmax=class --set classes=100 (repeatable; model.* or train.* names).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/last.pt (same data and options; "
                                          "max_epochs, max_steps and patience may change).")] = False,
     init: Annotated[Path | None, typer.Option(

@@ -97,6 +97,7 @@ def test_mismatches_are_input_errors(tmp_path: Path) -> None:
     def other_vocab(o):
         meta = json.loads(o["meta"])
         meta["vocab"]["words"].append("extra")
+        meta["vocab"]["counts"].append(1)  # a consistent vocabulary, of another size than the weights
         meta["config"]["vocab_size"] += 1
         o["meta"] = json.dumps(meta)
 
@@ -105,6 +106,7 @@ def test_mismatches_are_input_errors(tmp_path: Path) -> None:
     def vocab_only(o):
         meta = json.loads(o["meta"])
         meta["vocab"]["words"].append("extra")
+        meta["vocab"]["counts"].append(1)  # a consistent vocabulary, of another size than the weights
         o["meta"] = json.dumps(meta)
 
     _expect_error(_rewrite(p, tmp_path / "v2.pt", vocab_only), "vocabulary mismatch")

@@ -2,7 +2,8 @@
 
 * :mod:`~privasr.lm.neural.vocab`: :class:`Vocabulary` (ids 0/1/2 = ``<unk>``/``<s>``/``</s>``);
 * :mod:`~privasr.lm.neural.models`: :class:`NeuralLMConfig` with presets, :func:`build_model` giving a
-  :class:`TransformerLM` or :class:`LstmLM` (character-aware embeddings optional);
+  :class:`TransformerLM` or :class:`LstmLM` (character-aware embeddings optional; full or class-factored
+  softmax);
 * :mod:`~privasr.lm.neural.checkpoint`: :func:`save_checkpoint` / :func:`load_checkpoint`;
 * :mod:`~privasr.lm.neural.train`: :func:`train_lm` (from scratch, fine-tuning, frozen layers) behind
   ``privasr lm train-neural``;

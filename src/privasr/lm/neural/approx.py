@@ -134,12 +134,17 @@ class ModelSource:
     def _logprobs(self, ids: Any) -> Any:
         import torch
 
-        logits, _ = self.model(ids)
-        return torch.log_softmax(logits.float(), dim=-1)
+        from privasr.lm.neural.scorer import exact_inference
+
+        with exact_inference(self.device):
+            logits, _ = self.model(ids)
+            return torch.log_softmax(logits.float(), dim=-1)
 
     def _long(self, seq: list[int]) -> np.ndarray:
         """Natural-log distributions [len(seq), V] for one long input (windows, see the class docstring)."""
         import torch
+
+        from privasr.lm.neural.scorer import exact_inference
 
         dev = self.device
         assert self.max_len is not None
@@ -148,7 +153,8 @@ class ModelSource:
             state = None
             for lo in range(0, len(seq), self.max_len):
                 x = torch.tensor([seq[lo:lo + self.max_len]], device=dev)
-                logits, state = self.model(x, state=state)
+                with exact_inference(dev):
+                    logits, state = self.model(x, state=state)
                 out.append(torch.log_softmax(logits.float(), dim=-1)[0].cpu().numpy())
             return np.concatenate(out)
         hop = max(1, self.max_len // 2)

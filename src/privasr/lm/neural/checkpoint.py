@@ -5,7 +5,9 @@ A checkpoint is one ``torch.save`` file holding only plain data: ``{"format": "p
 checkpoints, ``"train_state"`` (optimizer state, RNG states, counters; see :mod:`privasr.lm.neural.train`). It
 is read with ``torch.load(weights_only=True)``, so loading never runs pickled code, and every problem (missing,
 truncated or corrupt file, another format, a vocabulary that does not fit the weights, missing or misshapen
-tensors) is an :class:`~privasr.errors.InputError` naming the file.
+tensors) is an :class:`~privasr.errors.InputError` naming the file. A model with the class-factored softmax
+keeps its word classes in the state (``output.classes``), so the checkpoint alone rebuilds it exactly; the
+vocabulary's training counts (when recorded) are saved with it too.
 
 >>> import tempfile, pathlib, torch
 >>> from privasr.lm.neural.models import NeuralLMConfig, build_model
@@ -144,7 +146,10 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
             what = "vocabulary mismatch: " if len(vocab) in tuple(t.shape) else ""
             raise InputError(f"{what}tensor {name!r} has shape {tuple(state[name].shape)}, the model needs "
                              f"{tuple(t.shape)} (vocabulary of {len(vocab)} words)", path=p)
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, ValueError) as e:  # e.g. word classes that do not fit the class softmax
+        raise InputError(f"the weights do not fit the model: {str(e).strip().splitlines()[0][:200]}", path=p) from None
     model.to(map_location)
     model.eval()
     ts = obj.get("train_state")

@@ -1,8 +1,22 @@
 """Neural word language models: a Transformer decoder and an LSTM with optional character-aware embeddings.
 
 Both take word ids ``[B, T]`` whose first input is ``<s>`` and predict the next word at every position (the
-targets of a sentence are its words, then ``</s>``); both return ``(logits [B, T, V], state)`` with a full word
-softmax (no class-factored softmax: the vocabularies here are small enough that it is not needed).
+targets of a sentence are its words, then ``</s>``); both return ``(logits [B, T, V], state)``, and
+``log_softmax(logits, -1)`` is the model's next-word log-probabilities.
+
+**Output layer** (``softmax``). ``"full"`` (the default): one ``Linear(H, V)`` (``model.output``), a softmax over
+the whole vocabulary. ``"class"`` (paper 003; Mikolov et al. 2011): a class-factored softmax
+(:class:`ClassSoftmax`, ``model.output``), ``P(w|h) = P(c(w)|h) * P(w|c(w),h)`` with a class layer
+``Linear(H, C)`` and a word layer ``Linear(H, V)`` whose logits are normalised within each class. The
+``classes`` (``C``; 0 = ``round(sqrt(V))``) are frequency bins: the ids sorted by training count
+(:attr:`Vocabulary.counts <privasr.lm.neural.vocab.Vocabulary.counts>`), cut into bins of about equal total count
+(every bin non-empty); the class of every id is a buffer of the model (``output.classes``, in the state dict), so
+a checkpoint is self-contained. The specials have classes like any word (``<s>``, count 0, is in the last bin):
+like the full softmax, the class softmax is a distribution over all ``V`` ids and ``<s>``, never a target,
+learns a vanishing probability. For the class softmax ``forward`` returns the normalised log-probabilities
+themselves (``log_softmax`` leaves them unchanged up to rounding), so every consumer of the logits works
+unchanged at the full ``H * V`` cost; :meth:`ClassSoftmax.target_logprob` gives the log-probabilities of given
+targets at ``H * (C + |class|)`` per token (training's loss and the scorer use it).
 
 **Transformer** (:class:`TransformerLM`, paper 000: embeddings 256, FFN 1024, 3 blocks, 4 heads, dropout 0.1):
 *pre-LN* blocks (``x + Drop(Attn(LN(x)))`` then ``x + Drop(FFN(LN(x)))``, a final LayerNorm before the output
@@ -22,13 +36,13 @@ convolution per filter width (``char_filters``: ``(width, count)`` pairs, tanh),
 dimensions (``embed_dim`` is then unused). The character vocabulary is built from the word vocabulary and a
 ``[V, max_chars]`` table maps every word id to its characters (``<bow> c1 .. cn <eow>``; the special words have
 their own one-symbol spellings); :meth:`CharWordEmbedding.embed_words` embeds any string, in the vocabulary or
-not. The output layer remains a word softmax. The state ``(h, c)`` is returned and may be passed back in to go
-on from where a call stopped (incremental or trie scoring).
+not. The output layer is a word softmax (full or class-factored, above). The state ``(h, c)`` is returned
+and may be passed back in to go on from where a call stopped (incremental or trie scoring).
 
 **Fine-tuning with frozen layers** (paper 003, 2.3) updates only :meth:`output_layers`: the output projection
-(weight and bias). With ``tie_embeddings`` that weight *is* the input embedding matrix, so fine-tuning the
-output layer also changes the input embeddings (the tie is kept, not broken); untie the embeddings when the rest
-of the model must stay bit-identical.
+(weight and bias), or with the class softmax its class and word layers. With ``tie_embeddings`` that (word)
+weight *is* the input embedding matrix, so fine-tuning the output layer also changes the input embeddings (the
+tie is kept, not broken); untie the embeddings when the rest of the model must stay bit-identical.
 
 >>> from privasr.lm.neural.vocab import Vocabulary
 >>> import torch
@@ -40,6 +54,10 @@ of the model must stay bit-identical.
 >>> m2 = build_model(NeuralLMConfig.preset("tiny-lstm-char"), v)
 >>> tuple(m2(torch.tensor([[1, 3, 4]]))[0].shape)
 (1, 3, 5)
+>>> m3 = build_model(NeuralLMConfig.preset("tiny-lstm-class"), v)
+>>> lp = m3(torch.tensor([[1, 3]]))[0].detach()
+>>> m3.output.classes.tolist(), torch.allclose(lp.exp().sum(-1), torch.ones(1, 2))
+([1, 1, 0, 0, 1], True)
 """
 
 from __future__ import annotations
@@ -58,9 +76,10 @@ from privasr.errors import ConfigError
 from privasr.lm.neural.vocab import SPECIALS, Vocabulary
 
 __all__ = ["NeuralLMConfig", "PRESETS", "build_model", "TransformerLM", "LstmLM", "CharWordEmbedding",
-           "NeuralModel"]
+           "NeuralModel", "ClassSoftmax", "frequency_classes", "SOFTMAXES"]
 
 ARCHS = ("transformer", "lstm")
+SOFTMAXES = ("full", "class")
 KIM_SMALL_FILTERS: tuple[tuple[int, int], ...] = ((1, 25), (2, 50), (3, 75), (4, 100), (5, 125), (6, 150))
 
 
@@ -86,7 +105,11 @@ class NeuralLMConfig:
         highway_layers: highway layers after the character CNN.
         max_word_chars: characters kept per word, including the begin/end-of-word symbols.
         tie_embeddings: share the input embedding and output projection matrices (needs word embeddings of
-            the size of the layer below the softmax).
+            the size of the layer below the softmax); with the class softmax, its word layer.
+        softmax: ``"full"`` (one softmax over the vocabulary) or ``"class"`` (class-factored, see the module
+            docstring).
+        classes: the number of word classes of the class softmax (``0`` = ``round(sqrt(V))``; at most ``V``);
+            must be 0 with the full softmax.
     """
 
     arch: str = "transformer"
@@ -105,6 +128,8 @@ class NeuralLMConfig:
     highway_layers: int = 1
     max_word_chars: int = 32
     tie_embeddings: bool = False
+    softmax: str = "full"
+    classes: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -127,6 +152,18 @@ class NeuralLMConfig:
             raise ConfigError(f"vocab_size={self.vocab_size}", expected="0 (from the vocabulary) or at least 3")
         if self.highway_layers < 0:
             raise ConfigError(f"highway_layers={self.highway_layers}", expected="0 or more")
+        if self.softmax not in SOFTMAXES:
+            raise ConfigError(f"softmax={self.softmax!r} is not a softmax type",
+                              expected="full (one softmax over the vocabulary) or class (class-factored)")
+        if self.classes < 0:
+            raise ConfigError(f"classes={self.classes}", expected="0 (automatic: round(sqrt(V))) or a positive number "
+                              "of word classes")
+        if self.classes and self.softmax != "class":
+            raise ConfigError(f"classes={self.classes} is only used with softmax=class (got softmax={self.softmax!r})",
+                              expected="classes=0, or softmax=class")
+        if self.vocab_size and self.classes > self.vocab_size:
+            raise ConfigError(f"classes={self.classes} is more than the vocabulary's {self.vocab_size} words",
+                              expected=f"at most {self.vocab_size} classes (or 0: automatic)")
         if self.positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"positions={self.positions!r}", expected="sinusoidal or learned")
         try:
@@ -152,14 +189,24 @@ class NeuralLMConfig:
 
     # -- (de)serialisation ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (``char_filters`` as lists)."""
+        """Plain JSON-ready dict (``char_filters`` as lists). A full softmax leaves ``softmax``/``classes`` out,
+        so the dicts (checkpoints, cache keys) of full-softmax models are what they were before those fields.
+
+        >>> "softmax" in NeuralLMConfig.preset("tiny-lstm").to_dict()
+        False
+        >>> NeuralLMConfig.preset("tiny-lstm-class").to_dict()["softmax"]
+        'class'
+        """
         d = dataclasses.asdict(self)
         d["char_filters"] = [list(p) for p in self.char_filters]
+        if self.softmax == "full" and self.classes == 0:
+            del d["softmax"], d["classes"]
         return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NeuralLMConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are a :class:`ConfigError`.
+        """Inverse of :meth:`to_dict`; unknown keys are a :class:`ConfigError`, missing keys take their defaults
+        (a checkpoint written before ``softmax``/``classes`` existed loads as the full softmax).
 
         >>> NeuralLMConfig.from_dict({"arch": "lstm", "layers": 1}).layers
         1
@@ -200,10 +247,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper001-lstm": {"arch": "lstm", "hidden_dim": 512, "layers": 2, "char_aware": True, "char_embed_dim": 100,
                       "char_filters": [list(p) for p in KIM_SMALL_FILTERS], "highway_layers": 1,
                       "dropout": 0.5, "embed_dim": 512},
+    # paper 003: an LSTM with a class-factored softmax (2 x 512 as paper 001's LSTM, word embeddings 512,
+    # sqrt(V) frequency-binned classes)
+    "paper003-lstm": {"arch": "lstm", "embed_dim": 512, "hidden_dim": 512, "layers": 2, "dropout": 0.5,
+                      "softmax": "class", "classes": 0},
     # small sizes for CPU experiments
     "small-transformer": {"arch": "transformer", "embed_dim": 128, "ffn_dim": 512, "layers": 2, "heads": 4,
                           "dropout": 0.1, "max_len": 128},
     "small-lstm": {"arch": "lstm", "embed_dim": 128, "hidden_dim": 256, "layers": 2, "dropout": 0.2},
+    "small-lstm-class": {"arch": "lstm", "embed_dim": 128, "hidden_dim": 256, "layers": 2, "dropout": 0.2,
+                         "softmax": "class"},
     "small-lstm-char": {"arch": "lstm", "hidden_dim": 256, "layers": 2, "dropout": 0.2, "char_aware": True,
                         "char_embed_dim": 16, "char_filters": [[1, 16], [2, 32], [3, 48], [4, 64]],
                         "highway_layers": 1},
@@ -214,7 +267,201 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny-lstm-char": {"arch": "lstm", "hidden_dim": 24, "layers": 2, "dropout": 0.0, "char_aware": True,
                        "char_embed_dim": 8, "char_filters": [[1, 4], [2, 6], [3, 8]], "highway_layers": 1,
                        "max_word_chars": 16},
+    "tiny-lstm-class": {"arch": "lstm", "embed_dim": 16, "hidden_dim": 24, "layers": 2, "dropout": 0.0,
+                        "softmax": "class"},
 }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Output layers: full or class-factored softmax
+# ---------------------------------------------------------------------------------------------------------------
+def frequency_classes(counts: Sequence[float], classes: int) -> list[int]:
+    """Mikolov et al. (2011) frequency binning: the class of every id, ``0 .. classes - 1``.
+
+    The ids are sorted by count (largest first, ties by id) and assigned in that order to class ``a``, which
+    moves on to ``a + 1`` once the running total reaches ``(a + 1) / classes`` of the whole; the class also moves
+    on when only as many ids are left as classes still empty, so every class has at least one id. All counts 0
+    are treated as equal counts.
+
+    >>> frequency_classes([0, 0, 10, 50, 20, 10, 5, 5], 3)
+    [2, 2, 2, 0, 1, 2, 2, 2]
+    >>> frequency_classes([0, 0, 10, 50, 20, 10, 5, 5], 8)  # as many classes as ids: one id each
+    [6, 7, 2, 0, 1, 3, 4, 5]
+    """
+    n = len(counts)
+    if not 1 <= classes <= n:
+        raise ConfigError(f"classes={classes} for {n} words", expected=f"1 to {n} classes")
+    total = float(sum(counts))
+    mass = [float(c) for c in counts] if total > 0 else [1.0] * n
+    total = total if total > 0 else float(n)
+    order = sorted(range(n), key=lambda i: (-mass[i], i))
+    out = [0] * n
+    a, cum = 0, 0.0
+    for k, i in enumerate(order):
+        out[i] = a
+        cum += mass[i]
+        if a < classes - 1 and (cum >= (a + 1) * total / classes or n - k - 1 == classes - 1 - a):
+            a += 1
+    return out
+
+
+def _vocab_counts(vocab: Vocabulary) -> list[float]:
+    """The vocabulary's training counts; without recorded counts a Zipf guess from the ids (the words come most
+    frequent first): ``1 / rank`` for the words, ``</s>`` and ``<unk>`` as frequent as the first word, ``<s>`` 0."""
+    if vocab.counts is not None:
+        return [float(c) for c in vocab.counts]
+    zipf = [1.0 / r for r in range(1, len(vocab) - len(SPECIALS) + 1)]
+    return [1.0, 0.0, 1.0, *zipf]
+
+
+class _ClassLogSumExp(torch.autograd.Function):
+    """``lse[r] = logsumexp_{w in class} (h[r] . W[w] + b[w])`` for groups ``(rows, class members)``, float32.
+
+    A hand-written backward: autograd through one ``index_select`` per class would build a ``[V, H]`` gradient
+    per class; this one accumulates every class into one. The softmax of each group is kept for the backward.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                groups: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        keep = any(ctx.needs_input_grad[:3])
+        lse = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)
+        probs = []
+        for rows, mem in groups:
+            z = h.index_select(0, rows) @ weight.index_select(0, mem).t()
+            if bias is not None:
+                z = z + bias.index_select(0, mem)
+            z = z.float()
+            part = torch.logsumexp(z, dim=1)
+            lse[rows] = part
+            if keep:
+                probs.append(torch.exp(z - part[:, None]))
+        ctx.groups, ctx.probs = groups, probs
+        ctx.save_for_backward(h, weight, bias)
+        return lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        h, weight, bias = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        gh = torch.zeros_like(h) if need_h else None
+        gw = torch.zeros_like(weight) if need_w else None
+        gb = torch.zeros_like(bias) if need_b and bias is not None else None
+        for (rows, mem), p in zip(ctx.groups, ctx.probs, strict=True):
+            p = p * grad.index_select(0, rows)[:, None].float()
+            if gh is not None:
+                gh.index_add_(0, rows, (p.to(weight.dtype) @ weight.index_select(0, mem)).to(h.dtype))
+            if gw is not None:
+                gw.index_add_(0, mem, (p.t() @ h.index_select(0, rows).to(p.dtype)).to(weight.dtype))
+            if gb is not None:
+                gb.index_add_(0, mem, p.sum(0).to(gb.dtype))
+        ctx.probs = None
+        return gh, gw, gb, None
+
+
+class ClassSoftmax(nn.Module):
+    """Class-factored softmax ``P(w|h) = P(c(w)|h) * P(w|c(w),h)`` (see the module docstring).
+
+    Args:
+        in_features: ``H``, the size of the hidden states.
+        classes: the class of every word id (a list of ``V`` ints covering ``0 .. C - 1``, every class non-empty).
+
+    ``cls`` (``Linear(H, C)``) gives the class logits, ``word`` (``Linear(H, V)``) the word logits, normalised
+    within each class; ``classes`` (a buffer, saved in the state dict) holds the class of every id. Calling it
+    gives the normalised log-probabilities ``[..., V]``; :meth:`target_logprob` only those of given targets.
+
+    >>> out = ClassSoftmax(4, [0, 1, 1, 0, 1])
+    >>> h = torch.randn(3, 4)
+    >>> lp = out(h)
+    >>> bool(torch.allclose(lp.exp().sum(-1), torch.ones(3)))
+    True
+    >>> t = torch.tensor([4, 0, 3])
+    >>> bool(torch.allclose(out.target_logprob(h, t), lp[torch.arange(3), t], atol=1e-6))
+    True
+    """
+
+    def __init__(self, in_features: int, classes: Sequence[int]) -> None:
+        super().__init__()
+        cl = torch.as_tensor(list(classes), dtype=torch.long)
+        self.num_classes = int(cl.max()) + 1 if cl.numel() else 0
+        self.in_features = in_features
+        self.out_features = int(cl.numel())
+        self.cls = nn.Linear(in_features, self.num_classes)
+        self.word = nn.Linear(in_features, self.out_features)
+        self.register_buffer("classes", cl)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Check ``classes`` and (re)compute the members of each class (after construction and loading)."""
+        cl = self.classes
+        if cl.dim() != 1 or cl.numel() != self.out_features or cl.dtype != torch.long:
+            raise ValueError(f"the word classes must be {self.out_features} integer ids")
+        sizes = torch.bincount(cl.cpu(), minlength=self.num_classes) if cl.numel() else torch.zeros(0)
+        if cl.numel() and (int(cl.min()) < 0 or int(cl.max()) >= self.num_classes or bool((sizes == 0).any())):
+            raise ValueError(f"the word classes must cover 0 .. {self.num_classes - 1}, every class non-empty")
+        # members: the ids sorted by class (stable: by id within a class); class c is members[start[c]:start[c+1]]
+        self.register_buffer("members", torch.argsort(cl, stable=True), persistent=False)
+        self._start: list[int] = [0, *torch.cumsum(sizes, 0).tolist()]
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._refresh()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, classes={self.num_classes}"
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """Normalised log-probabilities ``[..., V]`` (float32) of hidden states ``[..., H]``."""
+        lead = h.shape[:-1]
+        x = h.reshape(-1, h.shape[-1])
+        z = self.word(x).float()
+        n = z.shape[0]
+        idx = self.classes.expand(n, -1)
+        # log-sum-exp within each class: the class maximum (a constant, no gradient), then the sum of the rest
+        m = torch.full((n, self.num_classes), -math.inf, device=z.device, dtype=z.dtype)
+        m = m.scatter_reduce(1, idx, z.detach(), reduce="amax", include_self=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        mw = m.gather(1, idx)
+        s = torch.zeros_like(m).scatter_add(1, idx, (z - mw).exp())
+        lse = (m + s.log()).gather(1, idx)
+        lpc = torch.log_softmax(self.cls(x).float(), dim=-1).gather(1, idx)
+        return (lpc + z - lse).reshape(*lead, self.out_features)
+
+    def target_logprob(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``ln P(targets | h)`` (float32 ``[N]``) of hidden states ``[N, H]`` and target ids ``[N]``, computing
+        only the class softmax and the word logits of each target's class (tokens grouped by class)."""
+        if h.dim() != 2 or targets.shape != h.shape[:1]:
+            raise ValueError(f"h must be [N, H] and targets [N], got {tuple(h.shape)} and {tuple(targets.shape)}")
+        tc = self.classes[targets]
+        out = torch.log_softmax(self.cls(h).float(), dim=-1).gather(1, tc[:, None])[:, 0]
+        z_t = ((self.word.weight[targets] * h).sum(-1) + (self.word.bias[targets] if self.word.bias is not None
+                                                          else 0.0)).float()
+        order = torch.argsort(tc, stable=True)
+        present, counts = torch.unique_consecutive(tc[order], return_counts=True)
+        groups = []
+        lo = 0
+        for c, k in zip(present.tolist(), counts.tolist(), strict=True):
+            groups.append((order[lo:lo + k], self.members[self._start[c]:self._start[c + 1]]))
+            lo += k
+        lse = _ClassLogSumExp.apply(h, self.word.weight, self.word.bias, groups)
+        return out + z_t - lse
+
+
+def _output_layer(config: NeuralLMConfig, vocab: Vocabulary, in_features: int) -> nn.Linear | ClassSoftmax:
+    """The output layer of ``config``: ``Linear(H, V)`` or a :class:`ClassSoftmax` binned on ``vocab``'s counts."""
+    if config.softmax == "full":
+        return nn.Linear(in_features, config.vocab_size)
+    c = config.classes or max(1, round(math.sqrt(config.vocab_size)))
+    return ClassSoftmax(in_features, frequency_classes(_vocab_counts(vocab), min(c, config.vocab_size)))
+
+
+def _tie(output: nn.Linear | ClassSoftmax, embed: nn.Module) -> None:
+    (output.word if isinstance(output, ClassSoftmax) else output).weight = embed.weight
+
+
+def _output_layers(output: nn.Linear | ClassSoftmax) -> list[nn.Module]:
+    return [output.cls, output.word] if isinstance(output, ClassSoftmax) else [output]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,9 +520,9 @@ class TransformerLM(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
         self.norm = nn.LayerNorm(d)
-        self.output = nn.Linear(d, config.vocab_size)
+        self.output = _output_layer(config, vocab, d)
         if config.tie_embeddings:
-            self.output.weight = self.embed.weight
+            _tie(self.output, self.embed)
 
     def _positions(self, positions: torch.Tensor) -> torch.Tensor:
         if self.pos_embed is not None:
@@ -289,7 +536,8 @@ class TransformerLM(nn.Module):
 
     def forward(self, ids: torch.Tensor, *, positions: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, state: Any = None) -> tuple[torch.Tensor, None]:
-        """Logits ``[B, T, V]`` for word ids ``[B, T]``; ``state`` must be ``None`` (returned as ``None``).
+        """Logits ``[B, T, V]`` for word ids ``[B, T]`` (normalised log-probabilities with the class softmax);
+        ``state`` must be ``None`` (returned as ``None``).
 
         ``positions`` (``[B, T]``, default ``arange(T)``) and ``attn_mask`` (bool ``[B, T, T]``, ``True`` = may
         attend, replacing the causal mask; every row needs at least one ``True``) allow tree attention.
@@ -322,8 +570,9 @@ class TransformerLM(nn.Module):
         return self.norm(x), None
 
     def output_layers(self) -> list[nn.Module]:
-        """The layers fine-tuning with frozen layers updates: the output projection (weight + bias)."""
-        return [self.output]
+        """The layers fine-tuning with frozen layers updates: the output projection (weight + bias), or the
+        class softmax's class and word layers."""
+        return _output_layers(self.output)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -421,15 +670,16 @@ class LstmLM(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.lstm = nn.LSTM(in_dim, config.hidden_dim, config.layers, batch_first=True,
                             dropout=config.dropout if config.layers > 1 else 0.0)
-        self.output = nn.Linear(config.hidden_dim, config.vocab_size)
+        self.output = _output_layer(config, vocab, config.hidden_dim)
         if config.tie_embeddings:
-            self.output.weight = self.embed.weight
+            _tie(self.output, self.embed)
 
     def forward(self, ids: torch.Tensor, *, positions: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None,
                 state: tuple[torch.Tensor, torch.Tensor] | None = None,
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Logits ``[B, T, V]`` and the state ``(h, c)`` (each ``[layers, B, hidden]``) after the last step.
+        """Logits ``[B, T, V]`` (normalised log-probabilities with the class softmax) and the state ``(h, c)``
+        (each ``[layers, B, hidden]``) after the last step.
 
         ``state`` (default zeros) continues from an earlier call; ``positions``/``attn_mask`` must be ``None``.
         """
@@ -449,8 +699,9 @@ class LstmLM(nn.Module):
         return self.drop(y), new_state
 
     def output_layers(self) -> list[nn.Module]:
-        """The layers fine-tuning with frozen layers updates: the output projection (weight + bias)."""
-        return [self.output]
+        """The layers fine-tuning with frozen layers updates: the output projection (weight + bias), or the
+        class softmax's class and word layers."""
+        return _output_layers(self.output)
 
 
 NeuralModel = TransformerLM | LstmLM
@@ -460,9 +711,13 @@ def build_model(config: NeuralLMConfig, vocab: Vocabulary) -> TransformerLM | Ls
     """A freshly initialised model of ``config`` for ``vocab`` (seed torch first for reproducible weights).
 
     ``config.vocab_size`` 0 is filled in from the vocabulary (the model's ``.config`` has the real size); any
-    other value must equal ``len(vocab)``.
+    other value must equal ``len(vocab)``. The class softmax bins the words on ``vocab.counts`` (a Zipf guess
+    from the word order when the vocabulary has none); a checkpoint's saved classes replace them on loading.
     """
     if config.vocab_size == 0:
+        if config.classes > len(vocab):
+            raise ConfigError(f"classes={config.classes} is more than the vocabulary's {len(vocab)} words",
+                              expected=f"at most {len(vocab)} classes (or 0: automatic)")
         config = config.replace(vocab_size=len(vocab))
     elif config.vocab_size != len(vocab):
         raise ConfigError(f"vocab_size={config.vocab_size} but the vocabulary has {len(vocab)} words")

@@ -21,9 +21,17 @@ distinct prefix:
 
 Only what the log-probabilities need is computed from the hidden states: the output projection of each
 distinct prefix once (in row blocks, so the logits stay in cache), a log-sum-exp per prefix and the logits of
-the words that follow it; no softmax is materialised. Everything runs in ``torch.inference_mode`` in fp32;
+the words that follow it; no softmax is materialised. Everything runs in ``torch.inference_mode`` in fp32
+(on CUDA with cuDNN's TF32 switched off, so an LSTM scores the same on the GPU as on the CPU, to ~1e-6);
 the final differences are taken in float64. :meth:`NeuralLM.score_naive` is the reference: each sentence on
 its own, a full forward pass and a float64 log-softmax over every position.
+
+**Class-factored softmax** (``softmax="class"``, :class:`~privasr.lm.neural.models.ClassSoftmax`). Scoring
+without a bias or with the unnormalised one computes, for each (prefix, next word) pair, only the class
+softmax and the logits of the word's class (:meth:`~privasr.lm.neural.models.ClassSoftmax.target_logprob`).
+A renormalised bias needs the sum over the whole vocabulary and :meth:`NeuralLM.distributions` whole rows:
+there the full log-probability vector of each prefix is computed (the class softmax's ``forward``) and used
+as the logits of the full-softmax path, so both give exactly what the full vector gives.
 
 **Per-word bias** (paper 000, eq. 1). ``log_bias`` is a natural-log vector over the vocabulary added at
 scoring time. By default (FMP's rescaling for rescoring) it is *unnormalised*:
@@ -55,6 +63,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from collections.abc import Iterator, Sequence
@@ -66,10 +75,11 @@ from torch import nn
 
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
+from privasr.lm.neural.models import ClassSoftmax
 from privasr.lm.neural.trie import PrefixTrie, pack_rows
 from privasr.lm.neural.vocab import Vocabulary
 
-__all__ = ["NeuralLM", "UNBOUNDED_ORDER"]
+__all__ = ["NeuralLM", "UNBOUNDED_ORDER", "exact_inference"]
 
 UNBOUNDED_ORDER = 2**31 - 1
 """:attr:`NeuralLM.order` of a recurrent model (its history is not truncated)."""
@@ -87,7 +97,8 @@ class NeuralLM:
 
     Args:
         model: a :class:`~privasr.lm.neural.models.TransformerLM` or :class:`~privasr.lm.neural.models.LstmLM`
-            (any module with that forward contract and an ``output`` linear layer). It is put in eval mode,
+            (any module with that forward contract, a ``hidden`` method and an ``output`` linear layer or
+            :class:`~privasr.lm.neural.models.ClassSoftmax`). It is put in eval mode,
             in fp32, on ``device``.
         vocab: its vocabulary.
         device: torch device to score on.
@@ -118,8 +129,9 @@ class NeuralLM:
         self.spread_unk = spread_unk
         self._unk_log10 = float(np.log10(vocab.unk_types + 1)) if spread_unk else 0.0
         out = getattr(model, "output", None)
-        if not isinstance(out, nn.Linear):
-            raise ConfigError(f"{type(model).__name__} has no `output` linear layer", expected="a privasr neural LM")
+        if not isinstance(out, nn.Linear | ClassSoftmax):
+            raise ConfigError(f"{type(model).__name__} has no `output` linear layer or class softmax",
+                              expected="a privasr neural LM")
         if out.out_features != len(vocab):
             raise ConfigError(f"the model predicts {out.out_features} words but the vocabulary has {len(vocab)}")
         self.device = torch.device(device)
@@ -228,7 +240,7 @@ class NeuralLM:
         sents, ids = self._prepare(sentences, bos)
         bias = self.log_bias
         out = []
-        with torch.inference_mode():
+        with exact_inference(self.device):
             for s, x in zip(sents, ids, strict=True):
                 targets = list(x) + [self.vocab.eos_id] if eos else list(x)
                 inp = [self.vocab.bos_id, *targets[:-1]]
@@ -384,10 +396,17 @@ class NeuralLM:
         ``(pair_node, pair_tgt)`` pair (``pair_node`` sorted), each node's log-sum-exp, and the full natural-log
         rows ``[len(rows_of), V]`` of the nodes ``rows_of`` (sorted, distinct; float64)."""
         out = self.model.output
-        weight_t = out.weight.t()
-        bvec = out.bias if out.bias is not None else torch.zeros(out.out_features, device=self.device)
-        if self.renormalize and self._bias_t is not None:
-            bvec = bvec + self._bias_t
+        renorm_bias = self._bias_t if self.renormalize else None
+        classy = isinstance(out, ClassSoftmax)
+        if classy:
+            # the class softmax: only the targets' log-probabilities unless full rows or a renormalised bias
+            # are needed, in which case the full (normalised) log-probability rows stand in for the logits
+            targets_only = renorm_bias is None and rows_of is None
+        else:
+            weight_t = out.weight.t()
+            bvec = out.bias if out.bias is not None else torch.zeros(out.out_features, device=self.device)
+            if renorm_bias is not None:
+                bvec = bvec + renorm_bias
         pair_logit = np.empty(len(pair_node), dtype=np.float64)
         node_lse = np.full(len(trie), np.nan, dtype=np.float64)
         pair_t = torch.from_numpy(pair_tgt)
@@ -395,20 +414,29 @@ class NeuralLM:
         if rows_of is not None:
             want[rows_of] = np.arange(len(rows_of))
         full = np.empty((0 if rows_of is None else len(rows_of), out.out_features), dtype=np.float64)
-        with torch.inference_mode():
+        with exact_inference(self.device):
             for nodes, h in self._node_states(trie):
+                if classy and targets_only:
+                    node_lse[nodes] = 0.0  # target_logprob is normalised
+                    rows, idx = _pairs_of(pair_node, nodes)
+                    if len(idx):
+                        vals = out.target_logprob(h.index_select(0, torch.from_numpy(rows).to(self.device)),
+                                                  pair_t[idx].to(self.device))
+                        pair_logit[idx] = vals.double().cpu().numpy()
+                    continue
                 for b0 in range(0, len(nodes), self.out_rows):
                     blk = nodes[b0:b0 + self.out_rows]
-                    logits = torch.addmm(bvec, h[b0:b0 + self.out_rows], weight_t)
+                    if classy:
+                        logits = out(h[b0:b0 + self.out_rows])
+                        if renorm_bias is not None:
+                            logits = logits + renorm_bias
+                    else:
+                        logits = torch.addmm(bvec, h[b0:b0 + self.out_rows], weight_t)
                     lse = _logsumexp(logits)
                     node_lse[blk] = lse.double().cpu().numpy()
                     if len(pair_node):
-                        start = np.searchsorted(pair_node, blk, "left")
-                        cnt = np.searchsorted(pair_node, blk, "right") - start
-                        tot = int(cnt.sum())
-                        if tot:
-                            rows = np.repeat(np.arange(len(blk)), cnt)
-                            idx = np.repeat(start - (np.cumsum(cnt) - cnt), cnt) + np.arange(tot)
+                        rows, idx = _pairs_of(pair_node, blk)
+                        if len(idx):
                             vals = logits[torch.from_numpy(rows).to(self.device),
                                           pair_t[idx].to(self.device)]
                             pair_logit[idx] = vals.double().cpu().numpy()
@@ -420,6 +448,39 @@ class NeuralLM:
                             sel = logits.index_select(0, k) - lse.index_select(0, k)[:, None]
                             full[dest[keep]] = sel.double().cpu().numpy()
         return pair_logit, node_lse, full
+
+
+def exact_inference(device: str | torch.device) -> contextlib.ExitStack:
+    """``torch.inference_mode`` and, on CUDA, cuDNN without TF32 (its default for LSTMs and convolutions, which
+    moves log-probabilities by about 1e-5): inference in true fp32 on every device, restored on exit.
+
+    >>> with exact_inference("cpu"):
+    ...     torch.is_inference_mode_enabled()
+    True
+    """
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode())
+    if torch.device(device).type == "cuda":
+        c = torch.backends.cudnn
+        stack.enter_context(c.flags(enabled=c.enabled, benchmark=c.benchmark, deterministic=c.deterministic,
+                                    allow_tf32=False))
+    return stack
+
+
+def _pairs_of(pair_node: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of ``nodes``: for each, its node's row in ``nodes`` and its index in ``pair_node`` (sorted).
+
+    >>> _pairs_of(np.array([0, 0, 2, 5]), np.array([2, 0, 3]))
+    (array([0, 1, 1]), array([2, 0, 1]))
+    """
+    if not len(pair_node):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    start = np.searchsorted(pair_node, nodes, "left")
+    cnt = np.searchsorted(pair_node, nodes, "right") - start
+    tot = int(cnt.sum())
+    rows = np.repeat(np.arange(len(nodes)), cnt)
+    idx = np.repeat(start - (np.cumsum(cnt) - cnt), cnt) + np.arange(tot)
+    return rows, idx
 
 
 def _logsumexp(logits: torch.Tensor) -> torch.Tensor:

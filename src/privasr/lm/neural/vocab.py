@@ -18,6 +18,15 @@ True
 
 >>> Vocabulary.build([["a", "b", "a"], ["c", "a", "b"]], min_count=2).unk_types
 1
+
+``counts`` (optional) are the training counts of the targets each id stands for, as a model trained on the
+text sees them: a word's occurrences, ``<unk>``'s the occurrences of the words left out, ``</s>``'s one per
+sentence, ``<s>``'s 0 (it is never predicted). :meth:`Vocabulary.build` records them; a class-factored softmax
+(:mod:`~privasr.lm.neural.models`) bins the words by them. They are metadata: two vocabularies with the same
+words and ``unk_types`` are equal whatever their counts.
+
+>>> Vocabulary.build([["a", "b", "a"], ["c", "a", "b"]], min_count=2).counts
+(1, 0, 2, 3, 2)
 """
 
 from __future__ import annotations
@@ -45,10 +54,12 @@ class Vocabulary:
         words: the words, ids ``0..V-1``; must start with ``<unk>``, ``<s>``, ``</s>`` and have no duplicates
             or empty strings.
         unk_types: the number of training word types mapped to ``<unk>`` (0: unknown or none).
+        counts: the training count of every id (see the module docstring), or ``None`` (not recorded).
     """
 
     words: tuple[str, ...]
     unk_types: int = 0
+    counts: tuple[int, ...] | None = field(default=None, compare=False)
     _ids: dict[str, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -65,6 +76,13 @@ class Vocabulary:
             ids[w] = i
         if isinstance(self.unk_types, bool) or not isinstance(self.unk_types, int) or self.unk_types < 0:
             raise InputError(f"unk_types={self.unk_types!r}", expected="a count of at least 0")
+        if self.counts is not None:
+            counts = tuple(self.counts)
+            if len(counts) != len(words) or any(isinstance(c, bool) or not isinstance(c, int) or c < 0
+                                                for c in counts):
+                raise InputError(f"the vocabulary has {len(words)} words but counts={list(counts)[:8]!r}...",
+                                 expected="one count of at least 0 per word")
+            object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "words", words)
         object.__setattr__(self, "_ids", ids)
 
@@ -88,14 +106,18 @@ class Vocabulary:
         if min_count < 1:
             raise InputError(f"min_count={min_count}", expected="a count of at least 1")
         counts: Counter[str] = Counter()
+        n_sent = 0
         for s in sentences:
             counts.update(s)
-        for sp in SPECIALS:
-            counts.pop(sp, None)
+            n_sent += 1
+        special = [counts.pop(sp, 0) for sp in SPECIALS]
         ranked = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
         if max_size is not None:
             ranked = ranked[: max_size - len(SPECIALS)]
-        return cls(SPECIALS + tuple(ranked), unk_types=len(counts) - len(ranked))
+        kept = [counts[w] for w in ranked]
+        special[0] += sum(counts.values()) - sum(kept)  # the words left out are <unk>
+        special[2] += n_sent  # one </s> per sentence
+        return cls(SPECIALS + tuple(ranked), unk_types=len(counts) - len(ranked), counts=tuple(special + kept))
 
     # -- lookup --------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -138,10 +160,12 @@ class Vocabulary:
 
     # -- serialisation -------------------------------------------------------------------------------------
     def to_json(self) -> str:
-        """A JSON string (``{"format": "privasr-vocab", "words": [...], "unk_types": K}``) that :meth:`from_json`
-        reads back."""
-        return json.dumps({"format": _FORMAT, "words": list(self.words), "unk_types": self.unk_types},
-                          ensure_ascii=False)
+        """A JSON string (``{"format": "privasr-vocab", "words": [...], "unk_types": K}``, plus ``"counts"``
+        when recorded) that :meth:`from_json` reads back."""
+        d: dict[str, Any] = {"format": _FORMAT, "words": list(self.words), "unk_types": self.unk_types}
+        if self.counts is not None:
+            d["counts"] = list(self.counts)
+        return json.dumps(d, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, data: str | Mapping[str, Any]) -> Vocabulary:
@@ -156,4 +180,8 @@ class Vocabulary:
                 raise InputError(f"the vocabulary is not valid JSON ({e.msg} at char {e.pos})") from None
         if not isinstance(data, Mapping) or data.get("format") != _FORMAT or not isinstance(data.get("words"), list):
             raise InputError("not a privasr vocabulary", expected=f'{{"format": "{_FORMAT}", "words": [...]}}')
-        return cls(tuple(data["words"]), unk_types=data.get("unk_types", 0))
+        counts = data.get("counts")
+        if counts is not None and not isinstance(counts, list):
+            raise InputError("the vocabulary's counts are not a list", expected="one count per word")
+        return cls(tuple(data["words"]), unk_types=data.get("unk_types", 0),
+                   counts=None if counts is None else tuple(counts))
