@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BENCHMARKS", "get", "best_of"]
+__all__ = ["BENCHMARKS", "get", "best_of", "matmul_flops", "sync", "device_name"]
 
 BENCHMARKS: dict[str, str] = {
     "readers": "privasr.bench.readers:run",
@@ -51,3 +51,54 @@ def best_of(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
         result = fn()
         best = min(best, time.perf_counter() - t0)
     return best, result
+
+
+def sync(device: str) -> None:
+    """Wait for the queued work of a CUDA ``device`` (no-op on CPU), so wall-clock timings are complete."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(n: int = 2048, repeats: int = 5, device: str = "cpu", dtype: str = "float32") -> float:
+    """FLOP/s of ``torch.matmul`` on two ``n x n`` matrices: best of ``repeats`` after a warm-up.
+
+    fp32 runs at torch's float32 matmul precision (``torch.get_float32_matmul_precision()``; the default,
+    "highest", uses no TF32 on CUDA), the same setting the scorers run under; pass ``dtype="bfloat16"`` for
+    the roofline of mixed-precision work.
+
+    >>> matmul_flops(64, repeats=1) > 0
+    True
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=getattr(torch, dtype))
+    torch.matmul(a, b)
+    sync(device)
+    t, _ = best_of(lambda: (torch.matmul(a, b), sync(device)), repeats)
+    return 2.0 * n ** 3 / t
+
+
+def device_name(device: str) -> str:
+    """What ``device`` is, in words: the CUDA device's name, else the CPU's model name (when Linux says it).
+
+    >>> isinstance(device_name("cpu"), str)
+    True
+    """
+    import platform
+
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -5,8 +5,10 @@ Model: the paper-000 Transformer (embeddings 256, FFN 1024, 3 blocks, 4 heads) w
 does not depend on the weights) over a ~10k-word vocabulary. Data: the first 400 (``--quick``: 60) 10-best
 lists of ``ami-tts-nbest`` test, vocabulary from the AMI train transcripts (at most 10,000 words: 8,726 with
 the specials), when ``../shared/data`` is present; else the synthetic corpus (:mod:`privasr.corpus.synth`)
-with its background-text vocabulary (then smaller than 10k). Runs on CPU in fp32 with
-``torch.set_num_threads(os.cpu_count())``.
+with its background-text vocabulary (then smaller than 10k). Runs in fp32 on the CPU with
+``torch.set_num_threads(os.cpu_count())`` (the scorer's default batch sizes), or on a CUDA device with ``--device
+cuda`` (then forward calls of 4k, 16k and 64k positions are tried, output blocks of 4,096 states, and the
+fastest is reported; the matmul reference is 8192 x 8192 fp32 at torch's default precision, no TF32).
 
 * **engine**: :meth:`~privasr.lm.neural.scorer.NeuralLM.score_batch` over all hypotheses at once (a prefix trie,
   tree-attention rows, an output log-sum-exp per distinct prefix);
@@ -37,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from privasr.bench import best_of
+from privasr.bench import best_of, device_name, matmul_flops, sync
+from privasr.errors import ConfigError
 from privasr.results import write_results
 
 __all__ = ["run", "flops_per_node", "matmul_rate", "load_task"]
@@ -53,15 +56,9 @@ def flops_per_node(depth: np.ndarray, *, d: int, ffn: int, layers: int, vocab: i
     return layers * (8 * d * d + 4 * d * ffn + 4 * d * c) + 2 * d * vocab
 
 
-def matmul_rate(n: int = 2048, repeats: int = 5) -> float:
+def matmul_rate(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
     """fp32 FLOP/s of ``torch.matmul`` on two ``n x n`` matrices (best of ``repeats``, after a warm-up)."""
-    import torch
-
-    a = torch.randn(n, n)
-    b = torch.randn(n, n)
-    torch.matmul(a, b)
-    t, _ = best_of(lambda: torch.matmul(a, b), repeats)
-    return 2.0 * n ** 3 / t
+    return matmul_flops(n, repeats, device=device)
 
 
 def load_task(seed: int, quick: bool, lists: int) -> tuple[str, list[list[tuple[str, ...]]], list[tuple[str, ...]]]:
@@ -84,7 +81,7 @@ def load_task(seed: int, quick: bool, lists: int) -> tuple[str, list[list[tuple[
             [tuple(s.split()) for s in corpus.background])
 
 
-def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
+def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Measure and write ``out/results.json``; return the metrics."""
     import torch
 
@@ -93,6 +90,9 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     from privasr.lm.neural.trie import PrefixTrie
     from privasr.lm.neural.vocab import Vocabulary
 
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but torch sees no CUDA device", expected="cpu, or a machine with CUDA")
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -102,21 +102,35 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     vocab = Vocabulary.build(text, max_size=10_000)
     cfg = NeuralLMConfig.preset("paper000-transformer")
     model = build_model(cfg, vocab)
-    lm = NeuralLM(model, vocab)
+    # CPU: the scorer's defaults. CUDA: bigger forward calls and output blocks (the GPU needs the parallelism).
+    batches = [4096] if not cuda else [4096, 16384, 65536]
+    out_rows = 128 if not cuda else 4096
     hyps = [h for nb in lists for h in nb]
     sub = [h for nb in lists[:n_naive] for h in nb]
     n_tokens = sum(len(h) + 1 for h in hyps)
     n_sub_tokens = sum(len(h) + 1 for h in sub)
 
-    peak = matmul_rate()
-    lm.score_batch(hyps[:50])  # warm-up
-    t_engine, _ = best_of(lambda: lm.score_batch(hyps), repeats)
+    mm_n = 2048 if not cuda else 8192
+    peak = matmul_rate(mm_n, device=device)
+    per_batch: dict[str, float] = {}
+    best: tuple[float, int] | None = None
+    for bt in batches:
+        lm = NeuralLM(model, vocab, device=device, batch_tokens=bt, out_rows=out_rows)
+        lm.score_batch(hyps[:50])  # warm-up
+        sync(device)
+        t, _ = best_of(lambda lm=lm: lm.score_batch(hyps), repeats)
+        per_batch[str(bt)] = n_tokens / t
+        if best is None or t < best[0]:
+            best = (t, bt)
+    assert best is not None
+    t_engine, batch_tokens = best
+    lm = NeuralLM(model, vocab, device=device, batch_tokens=batch_tokens, out_rows=out_rows)
     t_sub, fast = best_of(lambda: lm.score_batch(sub), repeats)
     t_naive, slow = best_of(lambda: lm.score_naive(sub), 1)
     diff = max(float(np.max(np.abs(f.logprobs - s.logprobs))) for f, s in zip(fast, slow, strict=True))
     if not diff <= 1e-5:
         raise RuntimeError(f"fast and naive scores differ by {diff} (log10)")
-    peak = max(peak, matmul_rate())
+    peak = max(peak, matmul_rate(mm_n, device=device))
 
     trie = PrefixTrie.build([tuple(vocab.encode(h)) for h in hyps])
     flops_nodes = flops_per_node(trie.depth, d=cfg.embed_dim, ffn=cfg.ffn_dim, layers=cfg.layers,
@@ -135,9 +149,14 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         "engine_gflops": engine_rate / 1e9, "matmul_gflops": peak / 1e9,
         "roofline_fraction": engine_rate / peak,
         "max_abs_diff_vs_naive": diff,
+        "engine_tokens_per_s_by_batch_tokens": per_batch,
     }
     write_results(out, config={"benchmark": "nnlm-scoring", "data": data, "model": cfg.to_dict(),
-                               "batch_tokens": lm.batch_tokens, "row_len": lm.row_len, "out_rows": lm.out_rows,
-                               "repeats": repeats, "device": "cpu", "dtype": "float32"},
+                               "batch_tokens": batch_tokens, "batch_tokens_tried": batches, "row_len": lm.row_len,
+                               "out_rows": lm.out_rows, "repeats": repeats, "device": device,
+                               "device_name": device_name(device), "dtype": "float32",
+                               "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                               "matmul_n": mm_n},
                   seed=seed, metrics=metrics)
     return metrics
+

@@ -1,4 +1,4 @@
-"""Neural LM training throughput on the CPU, as a fraction of the machine's measured fp32 matmul rate.
+"""Neural LM training throughput on the CPU or a CUDA device, as a fraction of its measured matmul rate.
 
 ``privasr bench nnlm-train --out DIR`` trains the ``small-transformer`` and ``small-lstm`` presets with the
 real trainer (:func:`privasr.lm.neural.train.train_lm`: padded sentence batches of 32, Adam, clipping) for a
@@ -14,7 +14,16 @@ LSTM gate matrices and the output softmax layer; embedding look-ups excluded) pl
 not counted as tokens. Everything is measured twice: with torch's default thread count and with one thread
 (suffix ``_1thread``), because on a shared machine the multi-threaded figures suffer most from other load.
 
-Metrics per model (``transformer_*``, ``lstm_*``): ``tokens_per_s``, ``gflop_per_s`` (useful FLOPs),
+With ``--device cuda`` the paper-sized presets are measured too (``paper000_transformer_*``: d 256, 3 blocks;
+``paper001_lstm_*``: 2 x 512), each in fp32 (no suffix; against an 8192 x 8192 fp32 matmul at torch's default
+precision, no TF32) and with bf16 autocast (suffix ``_amp``; against a bf16 matmul of the same size). Batches
+stay at 32 sentences, the size the experiments train with, so the GPU figures are far below its peak.
+
+The ``small-lstm-class`` preset (the same LSTM with a class-factored softmax of ``sqrt(V)`` frequency-binned
+classes) is timed too: ``class_softmax_speedup_vs_full`` is its tokens/s over the full-softmax ``small-lstm``'s.
+Its output FLOPs count the class layer and ``V / C`` word rows per token (frequency bins hold equal token mass).
+
+Metrics per model (``transformer_*``, ``lstm_*``, ``lstm_class_*``): ``tokens_per_s``, ``gflop_per_s`` (useful FLOPs),
 ``fraction_of_matmul`` (``gflop_per_s / matmul_gflop_per_s``), ``flops_per_token``, ``parameters``, and
 ``ami_epoch_s`` (the training text's tokens, ``</s>`` included, / tokens_per_s: one epoch's training time,
 validation excluded).
@@ -27,26 +36,20 @@ from typing import Any
 
 import numpy as np
 
-from privasr.bench import best_of
+from privasr.bench import device_name, matmul_flops
+from privasr.errors import ConfigError
 from privasr.results import write_results
 
 __all__ = ["run", "matmul_gflops", "flops_per_token", "load_text"]
 
 
-def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
-    """Best-of-``repeats`` fp32 ``torch.matmul`` rate of ``n x n`` matrices, in GFLOP/s.
+def matmul_gflops(n: int = 1024, repeats: int = 5, device: str = "cpu", dtype: str = "float32") -> float:
+    """Best-of-``repeats`` ``torch.matmul`` rate of ``n x n`` matrices, in GFLOP/s.
 
     >>> matmul_gflops(64, repeats=1) > 0
     True
     """
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g)
-    b = torch.randn(n, n, generator=g)
-    torch.matmul(a, b)
-    t, _ = best_of(lambda: torch.matmul(a, b), repeats)
-    return 2.0 * n ** 3 / t / 1e9
+    return matmul_flops(n, repeats, device=device, dtype=dtype) / 1e9
 
 
 def flops_per_token(model: Any, mean_padded_len: float) -> float:
@@ -60,11 +63,17 @@ def flops_per_token(model: Any, mean_padded_len: float) -> float:
     """
     from torch import nn
 
-    from privasr.lm.neural.models import LstmLM
+    from privasr.lm.neural.models import ClassSoftmax, LstmLM
 
     matmul = 0
+    skip: set[int] = set()
     for mod in model.modules():
-        if isinstance(mod, nn.Linear):
+        if isinstance(mod, ClassSoftmax):
+            # the class layer, and the word rows of one class: frequency bins hold equal token mass, so a token's
+            # class is about uniform over the C classes and its expected size is V / C
+            matmul += mod.in_features * (mod.num_classes + mod.out_features / mod.num_classes)
+            skip.update((id(mod.cls), id(mod.word)))
+        elif isinstance(mod, nn.Linear) and id(mod) not in skip:
             matmul += mod.in_features * mod.out_features
         elif isinstance(mod, nn.LSTM):
             for layer in range(mod.num_layers):
@@ -103,12 +112,15 @@ def load_text(seed: int) -> tuple[str, list[list[str]]]:
 _STATIC = ("_preset", "_parameters", "_vocab_size", "_flops_per_token", "_padding_fraction", "_mean_padded_len")
 
 
-def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
+def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Measure and write ``out/results.json``; return the metrics."""
     import torch
 
     from privasr.lm.neural.train import TrainOptions
 
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but torch sees no CUDA device", expected="cpu, or a machine with CUDA")
     desc, sents = load_text(seed)
     tokens_total = sum(len(s) + 1 for s in sents)
     rng = np.random.default_rng(seed)
@@ -116,44 +128,58 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     steps = 15 if quick else 60
     warm = 3
     opts = TrainOptions(batch_size=32, max_epochs=1, max_steps=steps + warm, patience=0, schedule="constant",
-                        eval_batch_size=64)
+                        eval_batch_size=64, amp=False)
+    models = _CPU_MODELS if not cuda else _CPU_MODELS + _CUDA_MODELS
     default_threads = torch.get_num_threads()
     metrics: dict[str, Any] = {"threads": default_threads, "text": desc, "text_tokens": tokens_total,
                                "text_sentences": len(sents), "steps": steps}
-    # One thread and all threads: on a shared machine the multi-threaded figures suffer most from other load.
-    for threads in sorted({1, default_threads}, reverse=True):
-        torch.set_num_threads(threads)
-        sfx = "" if threads == default_threads else f"_{threads}thread"
-        try:
-            measured = _measure(sents, valid, opts, warm, steps, seed)
+    if not cuda:
+        # One thread and all threads: on a shared machine the multi-threaded figures suffer most from other load.
+        for threads in sorted({1, default_threads}, reverse=True):
+            torch.set_num_threads(threads)
+            sfx = "" if threads == default_threads else f"_{threads}thread"
+            try:
+                measured = _measure(sents, valid, opts, warm, steps, seed, models)
+                metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
+            finally:
+                torch.set_num_threads(default_threads)
+    else:
+        # fp32 and mixed precision (bf16 autocast), each against the matmul rate of its own dtype
+        for amp, sfx in ((False, ""), (True, "_amp")):
+            measured = _measure(sents, valid, opts.replace(amp=amp), warm, steps, seed, models, device=device,
+                                mm_dtype="bfloat16" if amp else "float32")
             metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
-        finally:
-            torch.set_num_threads(default_threads)
     write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
-                               "steps": steps, "warmup_steps": warm, "models": ["small-transformer", "small-lstm"]},
+                               "steps": steps, "warmup_steps": warm, "models": dict(models), "device": device,
+                               "device_name": device_name(device)},
                   seed=seed, metrics=metrics)
     return metrics
 
 
+_CPU_MODELS = (("transformer", "small-transformer"), ("lstm", "small-lstm"), ("lstm_class", "small-lstm-class"))
+_CUDA_MODELS = (("paper000_transformer", "paper000-transformer"), ("paper001_lstm", "paper001-lstm"))
+
 
 def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: int, steps: int,
-             seed: int) -> dict[str, Any]:
-    """Matmul rate and both models' training throughput at the current thread count."""
+             seed: int, models: tuple[tuple[str, str], ...] = _CPU_MODELS, device: str = "cpu",
+             mm_dtype: str = "float32") -> dict[str, Any]:
+    """Matmul rate and the models' training throughput at the current thread count (or on ``device``)."""
     import tempfile
 
     from privasr.lm.neural.models import NeuralLMConfig
     from privasr.lm.neural.train import _epoch_batches, encode_sentences, train_lm
 
     tokens_total = sum(len(s) + 1 for s in sents)
-    rate = matmul_gflops()
+    rate = matmul_gflops(1024 if device == "cpu" else 8192, device=device, dtype=mm_dtype)
     metrics: dict[str, Any] = {"matmul_gflop_per_s": rate}
-    for name, preset in (("transformer", "small-transformer"), ("lstm", "small-lstm")):
+    for name, preset in models:
         cfg = NeuralLMConfig.preset(preset)
         # warm-up steps (allocator, kernels) are trained but not timed: train `warm` steps, then resume
         with tempfile.TemporaryDirectory() as tmp:
             first = train_lm(sents, valid, cfg, opts.replace(max_steps=warm), out_dir=tmp, seed=seed,
-                             progress=False)
-            res = train_lm(sents, valid, cfg, opts, out_dir=tmp, seed=seed, progress=False, resume=True)
+                             progress=False, device=device)
+            res = train_lm(sents, valid, cfg, opts, out_dir=tmp, seed=seed, progress=False, resume=True,
+                           device=device)
         # training time and tokens accumulate over the resume: subtract the warm-up part
         secs = res.metrics["train_seconds"] - first.metrics["train_seconds"]
         toks = res.metrics["train_tokens"] - first.metrics["train_tokens"]
@@ -173,4 +199,6 @@ def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: in
             f"{name}_padding_fraction": float(1 - real / padded), f"{name}_mean_padded_len": mean_t,
             f"{name}_ami_epoch_s": tokens_total / tps,
         })
+    if "lstm_class_tokens_per_s" in metrics and "lstm_tokens_per_s" in metrics:
+        metrics["class_softmax_speedup_vs_full"] = metrics["lstm_class_tokens_per_s"] / metrics["lstm_tokens_per_s"]
     return metrics
