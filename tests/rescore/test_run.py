@@ -185,3 +185,12 @@ def test_missing_first_pass_scores_are_reported_before_lm_work(tmp_path, task, t
     raw["lms"] = {"toy": {"train": {"text": str(Path(toy_files["arpa"]))}}}  # would fail if it were trained
     with pytest.raises(InputError, match="without a 'am' score"):
         run_rescore(load_config(raw), tmp_path / "o")
+
+
+def test_the_full_system_is_never_worse_on_dev_than_its_baseline(toy_files, tmp_path):
+    # no coarse grid: the descent starts at weights 0 and at the tuned baseline (other LMs at 0)
+    raw = _cfg(toy_files, **{"lms.toy2": str(toy_files["arpa"]), "search.ranges.toy2": [0, 10, 0.5],
+                             "search.coarse_points": 0, "eval.baseline_lms": ["toy"],
+                             "eval.bootstrap_resamples": 50, "output.nbest": None})
+    m = run_rescore(load_config(raw), tmp_path / "out")
+    assert m["dev_wer"] <= m["dev_wer_baseline"] < m["dev_wer_first_pass"]

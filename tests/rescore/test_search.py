@@ -129,3 +129,20 @@ def test_tuning_sees_only_the_dev_set(task, toy_lm):
     r2 = tune(dev, score_table(dev, {"toy": cache}), comb, space)
     assert r1.weights == r2.weights and r1.errors == r2.errors
     assert np.isfinite(r1.wer)
+
+
+def test_an_extra_start_bounds_the_result_by_its_dev_errors(task, toy_lm):
+    # a sub-system's point as an extra start: coordinate descent (no coarse grid) never ends worse than it
+    dev = task(7, 60)
+    table = score_table(dev, {"toy": toy_lm})
+    obj = DevObjective.from_nbests(dev, table)
+    comb = Combination(prior="am", lms=("lm", "toy"))
+    space = SearchSpace({"lm": value_grid(0, 4, 1), "toy": value_grid(0, 10, 0.5), "word_penalty": value_grid(-4, 4, 1)})
+    sub = grid_search(obj, Combination(prior="am", lms=("lm",)),
+                      SearchSpace({"lm": value_grid(0, 4, 1), "word_penalty": value_grid(-4, 4, 1)}))
+    point = {**sub.weights, "toy": 0.0}
+    r = coordinate_descent(obj, comb, space, coarse_points=0, extra_starts=[point])
+    assert r.errors <= sub.errors
+    assert any(t["parameter"] == "start" and t["value"] == point for t in r.trace)
+    with pytest.raises(ConfigError, match="lacks"):
+        coordinate_descent(obj, comb, space, extra_starts=[{"lm": 1.0}])

@@ -826,8 +826,26 @@ def _choose_words(recs: Sequence[NBest], choice: np.ndarray) -> list[tuple[str, 
     return [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(recs, choice, strict=True)]
 
 
+def sub_system_start(comb: Combination, space: SearchSpace, weights: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A tuned sub-system's weights as a point of the full log-linear search: its weights, and every other
+    parameter at its value nearest 0 (an LM weight of 0 leaves that LM out). ``None`` for linear combinations
+    (their interpolation weights do not nest).
+
+    >>> c = Combination(prior="am", lms=("lm", "a", "b"))
+    >>> sp = SearchSpace({"lm": (0.0, 1.0), "a": (0.0, 2.0), "b": (0.0, 3.0), "word_penalty": (-1.0, 0.0, 1.0)})
+    >>> sub_system_start(c, sp, {"lm": 1.0, "a": 2.0, "word_penalty": -1.0})
+    {'lm': 1.0, 'a': 2.0, 'b': 0.0, 'word_penalty': -1.0}
+    """
+    if comb.mode != "loglinear":
+        return None
+    point = space.default_start(comb)
+    point.update({k: v for k, v in weights.items() if k in point})
+    return point
+
+
 def _tune_or_fix(cfg: RescoreConfig, comb: Combination, space: SearchSpace, dev: Sequence[NBest] | None,
-                 dev_table: ScoreTable | None) -> SearchResult | None:
+                 dev_table: ScoreTable | None,
+                 extra_starts: Sequence[Mapping[str, Any]] = ()) -> SearchResult | None:
     if cfg.search.method == "fixed":
         return None
     assert dev is not None and dev_table is not None
@@ -841,7 +859,7 @@ def _tune_or_fix(cfg: RescoreConfig, comb: Combination, space: SearchSpace, dev:
         opts["start"] = start
     if cfg.search.method == "coordinate":
         opts.update(max_rounds=cfg.search.max_rounds, coarse_points=cfg.search.coarse_points,
-                    restarts=cfg.search.restarts)
+                    restarts=cfg.search.restarts, extra_starts=list(extra_starts))
     return tune(dev, dev_table, comb, space, method=cfg.search.method, **opts)
 
 
@@ -915,16 +933,15 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         lm_info[n]["hyps"] = c.requests
     timings["score_s"] = time.perf_counter() - t0
 
-    # ---- tune on dev only
+    # ---- tune on dev only: the sub-systems first (the retuned first pass, the baseline), whose tuned weights
+    # (the other LMs at 0) are also starting points of the full search, so it is never worse on dev than they are
     t0 = time.perf_counter()
     space = cfg.space()
-    result = _tune_or_fix(cfg, comb, space, dev, dev_table)
-    weights = comb.check_weights(cfg.search.weights) if result is None else result.weights
     retuned: SearchResult | None = None
     fp_comb = Combination(prior=comb.prior, lms=("lm",) if "lm" in comb.lms else (), mode="loglinear",
                           prior_weight=comb.prior_weight)
-    if (cfg.first_pass_retuned and result is not None and lms and dev is not None
-            and dev_table is not None):
+    tuned = cfg.search.method != "fixed" and dev is not None and dev_table is not None
+    if cfg.first_pass_retuned and tuned and lms:
         fp_search = SearchConfig(method=cfg.search.method, ranges={k: v for k, v in cfg.search.ranges.items()
                                                                    if k in fp_comb.parameters()},
                                  max_rounds=cfg.search.max_rounds, coarse_points=cfg.search.coarse_points,
@@ -946,6 +963,9 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
         bl_cfg = copy.copy(cfg)
         object.__setattr__(bl_cfg, "search", bl_search)
         baseline = _tune_or_fix(bl_cfg, bl_comb, build_space(bl_comb, bl_search), dev, dev_table)
+    extra = [sub_system_start(comb, space, r.weights) for r in (baseline, retuned) if r is not None]
+    result = _tune_or_fix(cfg, comb, space, dev, dev_table, extra_starts=[e for e in extra if e is not None])
+    weights = comb.check_weights(cfg.search.weights) if result is None else result.weights
     timings["tune_s"] = time.perf_counter() - t0
 
     # ---- apply to test

@@ -354,14 +354,17 @@ def coordinate_descent(
     coarse_points: int = 7,
     restarts: int = 3,
     max_coarse: int = 50_000,
+    extra_starts: Sequence[Mapping[str, Any]] = (),
 ) -> SearchResult:
     """Coordinate descent on the grid: optimise one parameter at a time over its whole grid, repeat.
 
     Starts: the ``restarts`` best points of a coarse grid (``coarse_points`` evenly spaced values per
     parameter, when that grid has at most ``max_coarse`` points; ``coarse_points=0`` skips it), else
-    ``start`` (default: weights nearest 0). From each start a parameter only moves when the dev errors
-    strictly drop; a descent stops after a round without a move or after ``max_rounds`` rounds. The best
-    end point wins (ties: the earlier start).
+    ``start`` (default: weights nearest 0); then each of ``extra_starts`` (complete points, e.g. a tuned
+    sub-system's weights with the other LMs at 0, so that the result is never worse on dev than that
+    sub-system). From each start a parameter only moves when the dev errors strictly drop; a descent stops
+    after a round without a move or after ``max_rounds`` rounds. The best end point wins (ties: the earlier
+    start).
     """
     space.check(combination)
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
@@ -383,6 +386,14 @@ def coordinate_descent(
     if not starts:
         starts = [(int(_evaluate(objective, combination, [first])[0]), first)]
         evals += 1
+    for extra in extra_starts:
+        point = {**space.fixed, **dict(extra)}
+        missing = [p for p in combination.parameters() if p not in point]
+        if missing:
+            raise ConfigError(f"an extra start point lacks {missing}")
+        if all(_distance(point, s) > 0 for _, s in starts):
+            starts.append((int(_evaluate(objective, combination, [point])[0]), point))
+            evals += 1
     best: tuple[int, dict[str, Any]] | None = None
     for s_idx, (cur_err, cur) in enumerate(starts):
         trace.append({"start": s_idx, "round": 0, "parameter": "start",
