@@ -194,3 +194,10 @@ def test_the_full_system_is_never_worse_on_dev_than_its_baseline(toy_files, tmp_
                              "eval.bootstrap_resamples": 50, "output.nbest": None})
     m = run_rescore(load_config(raw), tmp_path / "out")
     assert m["dev_wer"] <= m["dev_wer_baseline"] < m["dev_wer_first_pass"]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("rescore-*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_rescore_configs_validate(path):
+    cfg = load_config(read_config(path), check_files=False)
+    assert cfg.lms and cfg.search.method in ("coordinate", "grid", "fixed")

@@ -28,6 +28,8 @@ Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may
   equal to ``n't`` glued to the previous one. The server-side NNLM of federated personalisation is trained on
   it: no AMI text. 85,669 sentences, 1,684,959 tokens (SOURCE.txt says 1,684,960). ``earnings21`` is the
   Earnings-21 part alone (19,324 sentences, 362,219 tokens).
+* ``gutenberg-train`` / ``gutenberg-valid``: ``gutenberg`` with every 50th sentence held out (for early
+  stopping a neural LM on the books).
 * ``gutenberg-ami`` (and its split ``gutenberg-ami-train`` / ``gutenberg-ami-valid``, every 50th sentence held
   out): the background text of the Earnings-21 federated experiments, which must not contain Earnings-21 text:
   the Gutenberg books tokenised like ``generic`` (:func:`generic_tokens`, the rules of the Earnings-21
@@ -36,7 +38,7 @@ Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may
   optionally normalised with a normaliser spec.
 
 >>> sorted(TEXT_SOURCES)
-['ami-dev', 'ami-test', 'ami-train', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-ami', 'gutenberg-ami-train', 'gutenberg-ami-valid', 'gutenberg-raw']
+['ami-dev', 'ami-test', 'ami-train', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-ami', 'gutenberg-ami-train', 'gutenberg-ami-valid', 'gutenberg-raw', 'gutenberg-train', 'gutenberg-valid']
 >>> generic_tokens(["I", "do", "n't", "--", "Know", "."])
 ['i', "don't", 'know']
 >>> asr_tokens(["`", "Alice", "'s", "daisy-chain", "''I'", "do", "n't", "'twas", "."])
@@ -69,6 +71,7 @@ __all__ = [
     "asr_tokens",
     "SPOKEN_FORMS",
     "file_sentences",
+    "held_out_part",
     "load_text",
     "require_data_dir",
 ]
@@ -178,11 +181,29 @@ def _raw_tokens(toks: list[str]) -> list[str]:
     return [t.lower() for t in toks if any(c.isalnum() for c in t.lower())]
 
 
-def gutenberg_sentences(data: PathLike | None = None, *, style: str = "asr") -> list[tuple[str, ...]]:
-    """The Gutenberg books as LM sentences (``style``: ``asr`` or ``raw``; see the module docstring)."""
+def gutenberg_sentences(data: PathLike | None = None, *, style: str = "asr",
+                        part: str = "all") -> list[tuple[str, ...]]:
+    """The Gutenberg books as LM sentences (``style``: ``asr`` or ``raw``; see the module docstring); ``part``:
+    ``all``, ``train`` or ``valid`` (every 50th sentence)."""
     if style not in ("asr", "raw"):
         raise ConfigError(f"gutenberg style {style!r} is not valid", expected="asr or raw")
-    return _gutenberg(data, _raw_tokens if style == "raw" else asr_tokens)
+    return held_out_part(_gutenberg(data, _raw_tokens if style == "raw" else asr_tokens), part)
+
+
+def held_out_part(sentences: list[tuple[str, ...]], part: str) -> list[tuple[str, ...]]:
+    """``all`` the sentences, the ``valid`` part (every 50th: indices 49, 99, ...) or the ``train`` rest.
+
+    >>> s = [(str(i),) for i in range(100)]
+    >>> [x[0] for x in held_out_part(s, "valid")], len(held_out_part(s, "train")), len(held_out_part(s, "all"))
+    (['49', '99'], 98, 100)
+    """
+    if part not in ("all", "train", "valid"):
+        raise ConfigError(f"part={part!r}", expected="all, train or valid")
+    if part == "all":
+        return sentences
+    if part == "valid":
+        return [x for i, x in enumerate(sentences) if i % 50 == 49]
+    return [x for i, x in enumerate(sentences) if i % 50 != 49]
 
 
 def generic_tokens(tokens: Sequence[str]) -> list[str]:
@@ -257,10 +278,7 @@ def generic_sentences(data: PathLike | None = None, *, part: str = "all") -> lis
         raise ConfigError(f"part={part!r}", expected="all, train or valid")
     out = _gutenberg(data, generic_tokens)
     out.extend(earnings21_sentences(data))
-    if part == "all":
-        return out
-    held = [s for i, s in enumerate(out) if i % 50 == 49]
-    return held if part == "valid" else [s for i, s in enumerate(out) if i % 50 != 49]
+    return held_out_part(out, part)
 
 
 def gutenberg_ami_sentences(data: PathLike | None = None, *, part: str = "all") -> list[tuple[str, ...]]:
@@ -270,10 +288,7 @@ def gutenberg_ami_sentences(data: PathLike | None = None, *, part: str = "all") 
         raise ConfigError(f"part={part!r}", expected="all, train or valid")
     out = _gutenberg(data, generic_tokens)
     out.extend(ami_sentences("train", data))
-    if part == "all":
-        return out
-    held = [s for i, s in enumerate(out) if i % 50 == 49]
-    return held if part == "valid" else [s for i, s in enumerate(out) if i % 50 != 49]
+    return held_out_part(out, part)
 
 
 def file_sentences(path: PathLike, normalize: Any = None) -> list[tuple[str, ...]]:
@@ -302,6 +317,8 @@ TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
     "ami-test": lambda data=None, **kw: ami_sentences("test", data, **kw),
     "gutenberg": lambda data=None, **kw: gutenberg_sentences(data, style="asr", **kw),
     "gutenberg-raw": lambda data=None, **kw: gutenberg_sentences(data, style="raw", **kw),
+    "gutenberg-train": lambda data=None, **kw: gutenberg_sentences(data, style="asr", part="train", **kw),
+    "gutenberg-valid": lambda data=None, **kw: gutenberg_sentences(data, style="asr", part="valid", **kw),
     "earnings21": lambda data=None, **kw: earnings21_sentences(data, **kw),
     "generic": lambda data=None, **kw: generic_sentences(data, part="all", **kw),
     "generic-train": lambda data=None, **kw: generic_sentences(data, part="train", **kw),
@@ -314,7 +331,8 @@ TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
 
 _SOURCE_OPTIONS: dict[str, frozenset[str]] = {
     "ami-train": frozenset(), "ami-dev": frozenset(), "ami-test": frozenset(),
-    "gutenberg": frozenset(), "gutenberg-raw": frozenset(), "earnings21": frozenset(), "generic": frozenset(),
+    "gutenberg": frozenset(), "gutenberg-raw": frozenset(), "gutenberg-train": frozenset(),
+    "gutenberg-valid": frozenset(), "earnings21": frozenset(), "generic": frozenset(),
     "generic-train": frozenset(), "generic-valid": frozenset(), "gutenberg-ami": frozenset(),
     "gutenberg-ami-train": frozenset(), "gutenberg-ami-valid": frozenset(),
 }
