@@ -531,7 +531,7 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
             log.metrics["eval_ppl"] = curve[-1]
 
     res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
-                 checkpoint_dir=None if cfg.backend == "flower" else ckpt, on_round=on_round, rounds=cfg.rounds,
+                 checkpoint_dir=ckpt, on_round=on_round, rounds=cfg.rounds,
                  sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients, privacy=privacy)
     priv: dict[str, Any] = {}
     if privacy is not None:

@@ -526,7 +526,7 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     try:
         chosen, history, priv = simulate(test_clients, p.u, fmp_cfg, lam, cfg.rounds, seed=cfg.seed, dp=cfg.dp,
                                          sampler=cfg.sampler, backend=backend, min_clients=cfg.min_clients,
-                                         checkpoint_dir=None if backend == "flower" else out / "checkpoint",
+                                         checkpoint_dir=out / "checkpoint",
                                          flower_options=cfg.backend_options, shift=shift, bigram=p.bigram,
                                          normalizer=norm)
     finally:

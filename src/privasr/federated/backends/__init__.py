@@ -47,17 +47,18 @@ def run_on(backend: Any, algorithm: Any, clients: Any, *, options: dict[str, Any
     """Run the federated loop on ``backend`` and return its :class:`~privasr.federated.loop.FederatedResult`.
 
     ``backend`` is ``"flower"`` (Flower's simulation engine runs the loop in a ServerApp:
-    :func:`~privasr.federated.backends.flower.run_flower` with ``options``; no checkpoint), a backend name or
-    ``None`` (made by :func:`make_backend` with ``options`` and closed afterwards), or a backend object (used as
-    is and left open). With ``checkpoint_dir`` the run checkpoints every round and resumes from it. ``loop`` is
+    :func:`~privasr.federated.backends.flower.run_flower` with ``options``), a backend name or ``None`` (made by
+    :func:`make_backend` with ``options`` and closed afterwards), or a backend object (used as is and left open).
+    With ``checkpoint_dir`` the run checkpoints every round and resumes from it (on Flower the clients' states
+    stay in files of their nodes, under ``checkpoint_dir/nodes`` unless ``options`` say otherwise). ``loop`` is
     the rest of :func:`~privasr.federated.loop.run_federated`'s arguments (``rounds``, ``sampler``, ``seed``,
     ``min_clients``, ``privacy``).
     """
     if backend == "flower":
         from privasr.federated.backends.flower import run_flower
 
-        return run_flower(algorithm, list(clients), on_round=on_round, **loop,
-                          **{"mode": "simulation", **(options or {})})
+        return run_flower(algorithm, list(clients), on_round=on_round, checkpoint_dir=checkpoint_dir,
+                          resume=checkpoint_dir is not None, **loop, **{"mode": "simulation", **(options or {})})
     from privasr.federated.loop import run_federated
 
     own = backend is None or isinstance(backend, str)

@@ -28,12 +28,29 @@ arrays keep their dtype and shape and nothing is pickled on the wire. An update 
 ``seconds``, or with ``error`` if the client failed. A client sampled twice in a round (sampling with
 replacement) gets one message listing both slots, so its SuperNode runs both from the same state.
 
-**Client state.** A SuperNode keeps the new state of a round as *pending* and adopts it only when the server
-has accepted that update (the next message to the node says which round and slot were accepted, as the loop
-keeps the first successful slot of a client): a client whose reply came too late keeps its previous state,
-exactly as on the ``local`` backend. With ``collect_client_states=True`` (the default, for tests and
-simulations) the server asks every node for its state at the end, to fill ``FederatedResult.client_states``;
-turn it off for a real federation, where states must stay on the devices.
+**Client state.** A client's state stays on its SuperNode. What the server's loop keeps as the client's state
+is a *token*, ``{"node_state": [round, slot]}``: the name of the state the client computed in that round and
+slot, kept only once the server accepted that update (the first successful slot of a client, as in the loop).
+Every message to a node carries its client's token; the node runs from exactly the state it names and forgets
+the states of earlier rounds it does not name. So a new state stays *pending* until a later message names it,
+and a client whose reply came too late keeps its previous state, exactly as on the ``local`` backend. With
+``collect_client_states=True`` (the default, for tests and simulations) the server asks every node for its
+named state at the end, to fill ``FederatedResult.client_states``; turn it off for a real federation, where
+states must stay on the devices.
+
+**Checkpoint and resume.** With ``checkpoint_dir`` the ServerApp's loop writes ``state.npz`` after every round,
+as on ``local``: server state, accountant, history and the clients' tokens, never a client's state. Each node
+writes every state it computes to its own disk, ``<folder>/<run id>/client-<i>/<round>.<slot>.npz``
+(:func:`~privasr.federated.tree.save_tree`, atomic), where ``<folder>`` is the node config's
+``privasr-state-dir`` (deployment: each SuperNode is started with one) or the ClientApp's default
+(simulation: ``node_state_dir``, by default ``checkpoint_dir/nodes``). ``resume=True`` continues from the
+checkpoint: restarted nodes reload the states its tokens name, so a killed run ends in the same result as an
+uninterrupted one. A token is written in the checkpoint of the round whose update it names, before any message
+names it, so the server's checkpoint and the nodes' files always agree; states of a round the server did not
+checkpoint are never adopted. A node that lost the named state is dropped with ``lost its state ...`` (it never
+restarts from an empty state, which would change the result silently). The run's identity includes the
+backend: a Flower checkpoint cannot be continued on ``local``/``ray`` (their checkpoints hold the client
+states themselves) and the other way round.
 
 **Determinism.** Same seed, same sampled clients, same client updates and same client states as the ``local``
 backend; the server state agrees up to floating-point summation order (updates are accumulated in arrival
@@ -48,6 +65,7 @@ privasr.errors.ConfigError: mode='cloud' (expected one of simulation, deployment
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -70,8 +88,15 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.core import ClientOutcome, ClientTask, FederatedError, Update, run_client
-from privasr.federated.loop import FederatedResult, PrivacySettings, check_run_arguments, run_federated
-from privasr.federated.tree import flatten, unflatten
+from privasr.federated.loop import (
+    CHECKPOINT_NAME,
+    FederatedResult,
+    PrivacySettings,
+    _run_key,
+    check_run_arguments,
+    run_federated,
+)
+from privasr.federated.tree import flatten, load_tree, save_tree, unflatten
 
 __all__ = [
     "run_flower",
@@ -94,8 +119,7 @@ HELLO = "query.privasr_hello"
 STATE = "query.privasr_state"
 
 _NODE = "privasr.node"  # ConfigRecord of a SuperNode's bookkeeping in context.state
-_COMMITTED = "privasr.state.committed"
-_PENDING = "privasr.state.pending"
+_STATE = "privasr.state"  # prefix of the client states kept in context.state
 
 
 def _flwr() -> None:
@@ -169,7 +193,7 @@ def _load(path: str) -> Any:
     return _LOADED[path]
 
 
-def _node_train(message: Any, context: Any, data_path: str) -> Any:
+def _node_train(message: Any, context: Any, data_path: str, state_dir: str | None) -> Any:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     from privasr.federated.backends.local import describe_failure
@@ -180,31 +204,33 @@ def _node_train(message: Any, context: Any, data_path: str) -> Any:
     if int(task["index"]) != index:
         raise FederatedError(f"a message for client {task['index']} reached the node of client {index}")
     epoch = int(task["epoch"])
-    _commit(context.state, list(task["accepted"]), epoch)
-    book = context.state[_NODE]
-    state = _get_tree(context.state, _COMMITTED) if book["committed"] else None
-    payload = _get_tree(message.content, "privasr.payload")
+    slots = [int(s) for s in task["slots"]]
+    store = _NodeStates(context, _node_folder(context, state_dir), str(task.get("run", "")))
     out = RecordDict()
-    pending = list(book["pending"])
-    for slot in [int(s) for s in task["slots"]]:
+    try:
+        state = store.adopt(list(task["accepted"]), epoch)
+    except _LostState as e:  # the server named a state this node does not have: never guess one
+        for slot in slots:
+            out[f"privasr.result.{slot}"] = ConfigRecord({"error": str(e), "seconds": 0.0})
+        return Message(out, reply_to=message)
+    payload = _get_tree(message.content, "privasr.payload")
+    for slot in slots:
         seed = tuple(int(v) for v in task[f"seed.{slot}"])
         t0 = time.perf_counter()
         try:
             update, new_state = run_client(algorithm, payload, ClientTask(slot, index, clients[index], state, seed))
+            store.put(_state_name(epoch, slot), new_state)  # pending until the server names it
         except Exception as e:  # reported to the server; the node keeps its state
             out[f"privasr.result.{slot}"] = ConfigRecord({"error": describe_failure(e, with_message=False),
                                                           "seconds": time.perf_counter() - t0})
             continue
         dt = time.perf_counter() - t0
-        _put_tree(context.state, f"{_PENDING}.{epoch}.{slot}", new_state)
-        pending.append(f"{epoch}.{slot}")
         arrays = ArrayRecord()
         for k, a in update.arrays.items():
             arrays[k] = _array(a)
         out[f"privasr.update.{slot}"] = arrays
         out[f"privasr.metrics.{slot}"] = MetricRecord(dict(update.metrics))
         out[f"privasr.result.{slot}"] = ConfigRecord({"weight": float(update.weight), "seconds": dt})
-    book["pending"] = pending
     return Message(out, reply_to=message)
 
 
@@ -214,71 +240,149 @@ def _array(a: np.ndarray) -> Any:
     return Array.from_numpy_ndarray(np.asarray(a))
 
 
-def _commit(records: Any, accepted: list[int], epoch: int) -> None:
-    """Adopt the accepted pending state (if any) and forget every pending state of an earlier epoch."""
-    from flwr.app import ConfigRecord
+# -- a client's states on its node -------------------------------------------------------------------------------
 
-    if _NODE not in records:
-        records[_NODE] = ConfigRecord({"committed": False, "pending": []})
-    book = records[_NODE]
-    pending = [p for p in book["pending"] if p]
-    if accepted:
-        key = f"{int(accepted[0])}.{int(accepted[1])}"
-        if key in pending:
-            for suffix in (".tree", ".arrays"):
-                records[_COMMITTED + suffix] = records[f"{_PENDING}.{key}{suffix}"]
-            book["committed"] = True
-    keep = []
-    for p in pending:
-        if int(p.split(".")[0]) < epoch:
-            _drop_tree(records, f"{_PENDING}.{p}")
-        else:
-            keep.append(p)
-    book["pending"] = keep
+STATE_DIR_KEY = "privasr-state-dir"  # the node-config key of a SuperNode's own state folder
 
 
-def _node_hello(message: Any, context: Any) -> Any:
+class _LostState(Exception):
+    """The server named a state (round, slot) that this node does not hold."""
+
+
+def _state_name(round: int, slot: int) -> str:
+    return f"{int(round)}.{int(slot)}"
+
+
+def _node_folder(context: Any, state_dir: str | None) -> Path | None:
+    """The node's own state folder: its node config's ``privasr-state-dir``, else the ClientApp's default."""
+    folder = context.node_config.get(STATE_DIR_KEY) if context.node_config is not None else None
+    if folder:
+        return Path(str(folder))
+    return Path(state_dir) if state_dir else None
+
+
+class _NodeStates:
+    """The states one client computed on its node, named ``"<round>.<slot>"``.
+
+    The server names the client's current state with a *token* ``[round, slot]`` (the loop's client state on
+    Flower, written in the server's checkpoint): the state computed in that round and slot, which the server
+    accepted. A new state stays pending (unnamed) until a later message names it; a message of round ``r``
+    lets the node forget every state of an earlier round except the named one.
+
+    Where: in ``context.state`` (lives as long as the SuperNode), or, when the node has a state folder and the
+    run is checkpointed (``run`` is its id), as :func:`~privasr.federated.tree.save_tree` files
+    ``<folder>/<run>/client-<i>/<round>.<slot>.npz`` on the node's own disk, so that the node can serve a
+    resumed run after a restart. The states never leave the node except when the server asks for them
+    (``collect_client_states``).
+    """
+
+    def __init__(self, context: Any, folder: Path | None, run: str) -> None:
+        from flwr.app import ConfigRecord
+
+        self.records = context.state
+        self.folder = None
+        if folder is not None and run:
+            self.folder = folder / run / f"client-{int(context.node_config['partition-id'])}"
+        elif _NODE not in self.records:
+            self.records[_NODE] = ConfigRecord({"states": [""]})  # names of the states in context.state
+
+    def names(self) -> list[str]:
+        """The names of the states held."""
+        if self.folder is not None:
+            return sorted(p.name[:-len(".npz")] for p in self.folder.glob("*.npz")) if self.folder.is_dir() else []
+        return [str(n) for n in self.records[_NODE]["states"] if n]
+
+    def get(self, name: str) -> Any:
+        """The state called ``name`` (:class:`_LostState` if it is not held)."""
+        if self.folder is not None:
+            try:
+                return load_tree(self.folder / f"{name}.npz")
+            except InputError as e:
+                raise _LostState(f"lost its state of round {name.replace('.', ', slot ')} ({e.message})") from None
+        if name not in self.names():
+            raise _LostState(f"lost its state of round {name.replace('.', ', slot ')}")
+        return _get_tree(self.records, f"{_STATE}.{name}")
+
+    def put(self, name: str, tree: Any) -> None:
+        """Keep ``tree`` as ``name`` (replacing a state of that name)."""
+        if self.folder is not None:
+            save_tree(self.folder / f"{name}.npz", tree)
+            return
+        _put_tree(self.records, f"{_STATE}.{name}", tree)
+        names = self.names()
+        if name not in names:
+            self.records[_NODE]["states"] = [*names, name]
+
+    def drop(self, name: str) -> None:
+        """Forget the state called ``name``."""
+        if self.folder is not None:
+            (self.folder / f"{name}.npz").unlink(missing_ok=True)
+            return
+        _drop_tree(self.records, f"{_STATE}.{name}")
+        self.records[_NODE]["states"] = [n for n in self.names() if n != name] or [""]
+
+    def adopt(self, token: list[Any], epoch: int) -> Any:
+        """The state the server named (``None`` for none); forget every other state of a round before ``epoch``."""
+        name = _state_name(*token) if token else None
+        state = self.get(name) if name is not None else None
+        for other in self.names():
+            if other != name and int(other.split(".")[0]) < epoch:
+                self.drop(other)
+        return state
+
+
+def _node_hello(message: Any, context: Any, state_dir: str | None) -> Any:
     from flwr.app import ConfigRecord, Message, RecordDict
 
     return Message(RecordDict({"privasr.hello": ConfigRecord(
-        {"partition": int(context.node_config["partition-id"])})}), reply_to=message)
+        {"partition": int(context.node_config["partition-id"]),
+         "state_dir": _node_folder(context, state_dir) is not None})}), reply_to=message)
 
 
-def _node_state(message: Any, context: Any) -> Any:
+def _node_state(message: Any, context: Any, state_dir: str | None) -> Any:
     from flwr.app import ConfigRecord, Message, RecordDict
 
     req = message.content["privasr.task"]
-    _commit(context.state, list(req["accepted"]), int(req["epoch"]))
+    store = _NodeStates(context, _node_folder(context, state_dir), str(req.get("run", "")))
     out = RecordDict()
-    has = bool(context.state[_NODE]["committed"])
-    out["privasr.has_state"] = ConfigRecord({"has": has})
-    if has:
-        _put_tree(out, "privasr.state", _get_tree(context.state, _COMMITTED))
+    token = list(req["accepted"])
+    try:
+        state = store.adopt(token, int(req["epoch"]))
+    except _LostState as e:
+        out["privasr.has_state"] = ConfigRecord({"has": False, "error": str(e)})
+        return Message(out, reply_to=message)
+    out["privasr.has_state"] = ConfigRecord({"has": bool(token)})
+    if token:
+        _put_tree(out, "privasr.state", state)
     return Message(out, reply_to=message)
 
 
-def make_client_app(data_path: str | os.PathLike[str]) -> Any:
+def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathLike[str] | None = None) -> Any:
     """A ``ClientApp`` serving the clients pickled at ``data_path`` as ``(algorithm, clients)``.
 
     Each SuperNode serves ``clients[context.node_config["partition-id"]]``; the file is read once per process.
+    A checkpointed run keeps each client's states in files under the node's own folder: its node config's
+    ``privasr-state-dir`` (``flower-supernode --node-config "... privasr-state-dir='/var/lib/privasr'"``), or
+    ``state_dir`` for nodes without one (the simulation's virtual SuperNodes); see :class:`_NodeStates`.
     """
     _flwr()
     from flwr.clientapp import ClientApp
 
     path = str(data_path)
+    folder = None if state_dir is None else str(state_dir)
     app = ClientApp()
 
     @app.train()
     def train(message: Any, context: Any) -> Any:
-        return _node_train(message, context, path)
+        return _node_train(message, context, path, folder)
 
     @app.query("privasr_hello")
     def hello(message: Any, context: Any) -> Any:
-        return _node_hello(message, context)
+        return _node_hello(message, context, folder)
 
     @app.query("privasr_state")
     def state(message: Any, context: Any) -> Any:
-        return _node_state(message, context)
+        return _node_state(message, context, folder)
 
     return app
 
@@ -306,8 +410,13 @@ def _push(grid: Any, message: Any) -> str | None:
     return ids[0] if ids else None
 
 
-def discover_nodes(grid: Any, n: int, wait: float = 120.0, poll: float = 0.2) -> dict[int, int]:
-    """Map client index (the SuperNodes' ``partition-id``) to Flower node id, waiting for ``n`` nodes."""
+def discover_nodes(grid: Any, n: int, wait: float = 120.0, poll: float = 0.2, *,
+                   need_state_dir: bool = False) -> dict[int, int]:
+    """Map client index (the SuperNodes' ``partition-id``) to Flower node id, waiting for ``n`` nodes.
+
+    With ``need_state_dir`` (a checkpointed run) every node must have a state folder to keep its client's
+    states in (:func:`make_client_app`), else :class:`~privasr.federated.core.FederatedError`.
+    """
     _flwr()
     from flwr.app import ConfigRecord, Message, RecordDict
 
@@ -326,42 +435,58 @@ def discover_nodes(grid: Any, n: int, wait: float = 120.0, poll: float = 0.2) ->
         if mid is not None:
             waiting[mid] = node
     nodes: dict[int, int] = {}
+    no_dir: list[int] = []
     for reply in _pull_until(grid, waiting, deadline, poll):
         node = waiting.pop(reply.metadata.reply_to_message_id)
         if reply.has_error():
             raise FederatedError(f"SuperNode {node} did not say which client it serves: {reply.error.reason}")
-        part = int(reply.content["privasr.hello"]["partition"])
+        hello = reply.content["privasr.hello"]
+        part = int(hello["partition"])
         if part in nodes:
             raise FederatedError(f"two SuperNodes ({nodes[part]} and {node}) serve client {part}")
         nodes[part] = node
+        if not bool(hello.get("state_dir", False)):
+            no_dir.append(part)
     missing = sorted(set(range(n)) - set(nodes))
     if missing:
         raise FederatedError(f"no SuperNode answered for clients {missing[:10]} within {wait:g} s")
+    if need_state_dir and no_dir:
+        raise FederatedError(f"the SuperNodes of clients {sorted(no_dir)[:10]} have no state folder (node config "
+                             f"{STATE_DIR_KEY}), so they could not serve a resumed run; a checkpointed run needs one "
+                             "on every node")
     return nodes
 
 
 class GridBackend:
     """A loop backend that sends each round's clients through a Flower ``Grid`` (see the module docstring).
 
+    The client states the loop keeps (and checkpoints) are *tokens*, ``{"node_state": [round, slot]}``: they
+    name the state the client computed in that round and slot, which stays on its node. Each message to a node
+    carries its client's token, so the node adopts exactly the state the server's loop accepted.
+
     Args:
         grid: the ServerApp's ``Grid``.
         nodes: client index -> Flower node id (:func:`discover_nodes`).
         poll: the longest pause, in seconds, between two pulls of replies.
+        first_round: the round of the first :meth:`run` (that of the checkpoint when a run is resumed).
+        run_id: the checkpointed run's id (nodes keep its states in files under their state folder), or ``""``
+            (nodes keep states in memory).
     """
 
     name = "flower"
 
-    def __init__(self, grid: Any, nodes: Mapping[int, int], poll: float = 0.2) -> None:
+    def __init__(self, grid: Any, nodes: Mapping[int, int], poll: float = 0.2, *, first_round: int = 0,
+                 run_id: str = "") -> None:
         self.grid = grid
         self.nodes = dict(nodes)
         self.poll = poll
-        self.epoch = 0
-        self.accepted: dict[int, tuple[int, int]] = {}  # client -> (epoch, slot) of its last accepted update
+        self.epoch = int(first_round)  # the round of the next run()
+        self.run_id = run_id
 
-    def _task_record(self, index: int, epoch: int, slots: Sequence[ClientTask] = ()) -> Any:
+    def _task_record(self, index: int, epoch: int, token: Any, slots: Sequence[ClientTask] = ()) -> Any:
         from flwr.app import ConfigRecord
 
-        rec: dict[str, Any] = {"index": index, "epoch": epoch, "accepted": list(self.accepted.get(index, ())),
+        rec: dict[str, Any] = {"index": index, "epoch": epoch, "accepted": _token_pair(token), "run": self.run_id,
                                "slots": [t.slot for t in slots]}
         for t in slots:
             rec[f"seed.{t.slot}"] = [int(v) for v in t.seed]
@@ -385,7 +510,7 @@ class GridBackend:
             by_client.setdefault(t.index, []).append(t)
         waiting: dict[str, list[ClientTask]] = {}
         for index, ts in by_client.items():
-            content = RecordDict({"privasr.task": self._task_record(index, epoch, ts),
+            content = RecordDict({"privasr.task": self._task_record(index, epoch, ts[0].state, ts),
                                   "privasr.payload.tree": payload_config,
                                   "privasr.payload.arrays": payload_arrays})
             node = self.nodes.get(index)
@@ -398,18 +523,14 @@ class GridBackend:
             waiting[mid] = ts
         for reply in _pull_until(self.grid, waiting, deadline, self.poll):
             ts = waiting.pop(reply.metadata.reply_to_message_id)
-            outs = self._outcomes(reply, ts)
-            ok = [o.slot for o in outs if o.ok]
-            if ok:
-                self.accepted[ts[0].index] = (epoch, min(ok))
-            yield from outs
+            yield from self._outcomes(reply, ts, epoch)
         for ts in waiting.values():
             dt = time.monotonic() - t0
             for t in ts:
                 yield ClientOutcome(t.slot, t.index, error=f"timed out ({dt:.3g} s > {timeout:g} s)", seconds=dt)
 
     @staticmethod
-    def _outcomes(reply: Any, tasks: Sequence[ClientTask]) -> list[ClientOutcome]:
+    def _outcomes(reply: Any, tasks: Sequence[ClientTask], epoch: int) -> list[ClientOutcome]:
         if reply.has_error():
             reason = str(reply.error.reason).splitlines()[0] if reply.error.reason else ""
             return [ClientOutcome(t.slot, t.index, error=f"vanished: Flower error {reply.error.code}: {reason}")
@@ -430,17 +551,18 @@ class GridBackend:
                 except (InputError, KeyError, TypeError, ValueError) as e:
                     outs.append(ClientOutcome(t.slot, t.index, error=f"sent an invalid update: {e}"))
                     continue
-                outs.append(ClientOutcome(t.slot, t.index, update, None, seconds=float(res["seconds"])))
+                outs.append(ClientOutcome(t.slot, t.index, update, _token(epoch, t.slot), seconds=float(res["seconds"])))
         return outs
 
-    def collect_states(self, wait: float = 60.0) -> dict[int, Any]:
-        """Ask every node for its client's (accepted) state; clients that never reported are left out."""
+    def collect_states(self, tokens: Mapping[int, Any], wait: float = 60.0) -> dict[int, Any]:
+        """Ask every node for the state its client's token (the loop's ``client_states``) names; clients that
+        never reported are left out."""
         _flwr()
         from flwr.app import Message, RecordDict
 
         waiting: dict[str, int] = {}
         for index, node in sorted(self.nodes.items()):
-            content = RecordDict({"privasr.task": self._task_record(index, self.epoch)})
+            content = RecordDict({"privasr.task": self._task_record(index, self.epoch, tokens.get(index))})
             mid = _push(self.grid, Message(content, dst_node_id=node, message_type=STATE))
             if mid is not None:
                 waiting[mid] = index
@@ -449,6 +571,8 @@ class GridBackend:
             index = waiting.pop(reply.metadata.reply_to_message_id)
             if reply.has_error():
                 raise FederatedError(f"client {index}'s SuperNode did not send its state: {reply.error.reason}")
+            if "error" in reply.content["privasr.has_state"]:
+                raise FederatedError(f"client {index}'s SuperNode {reply.content['privasr.has_state']['error']}")
             if reply.content["privasr.has_state"]["has"]:
                 states[index] = _get_tree(reply.content, "privasr.state")
         if waiting:
@@ -457,6 +581,21 @@ class GridBackend:
 
     def close(self) -> None:
         """Nothing to release (Flower owns the grid)."""
+
+
+def _token(round: int, slot: int) -> dict[str, Any]:
+    """The loop's client state on Flower: the name of the state that stays on the node."""
+    return {"node_state": [int(round), int(slot)]}
+
+
+def _token_pair(token: Any) -> list[int]:
+    """``[round, slot]`` of a :func:`_token`, or ``[]`` for none."""
+    if token is None:
+        return []
+    if not (isinstance(token, dict) and "node_state" in token and len(token["node_state"]) == 2):
+        raise FederatedError("a Flower run's client state is not a reference to a state on a node: the loop was "
+                             "given client states from elsewhere")
+    return [int(v) for v in token["node_state"]]
 
 
 @dataclass
@@ -475,20 +614,46 @@ class _ServerSpec:
     collect_client_states: bool
     node_wait: float
     poll: float
+    checkpoint_dir: str | None = None  # absolute: the ServerApp may run in another process
+    resume: bool = False
+    key: Any = None
+
+
+def _checkpoint_round(path: Path) -> int:
+    """The number of rounds done in the checkpoint at ``path`` (0 if there is none or it is unreadable: the
+    loop then reports it)."""
+    try:
+        saved = load_tree(path)
+        return int(saved["round"]) if isinstance(saved, dict) else 0
+    except (InputError, KeyError, TypeError, ValueError):
+        return 0
 
 
 def _serve(grid: Any, spec: _ServerSpec) -> FederatedResult:
-    nodes = discover_nodes(grid, spec.n_clients, spec.node_wait, spec.poll)
-    backend = GridBackend(grid, nodes, poll=spec.poll)
+    # a Flower checkpoint holds references to states on the nodes, not the states: it cannot continue on
+    # local or ray (nor they on Flower), so the backend is part of the run's identity
+    key = {"backend": "flower", "key": spec.key}
+    run_id, first_round = "", 0
+    if spec.checkpoint_dir is not None:
+        run_id = hashlib.sha256(_run_key(spec.algorithm, spec.n_clients, spec.sampler, spec.seed, spec.privacy,
+                                         key).encode("utf-8")).hexdigest()[:24]
+        if spec.resume:
+            first_round = _checkpoint_round(Path(spec.checkpoint_dir) / CHECKPOINT_NAME)
+    nodes = discover_nodes(grid, spec.n_clients, spec.node_wait, spec.poll,
+                           need_state_dir=spec.checkpoint_dir is not None)
+    backend = GridBackend(grid, nodes, poll=spec.poll, first_round=first_round, run_id=run_id)
     result = run_federated(spec.algorithm, [None] * spec.n_clients, rounds=spec.rounds, sampler=spec.sampler,
                            backend=backend, seed=spec.seed, min_clients=spec.min_clients,
-                           client_timeout=spec.client_timeout, privacy=spec.privacy, on_round=spec.on_round)
-    result.client_states = backend.collect_states(spec.node_wait) if spec.collect_client_states else {}
+                           client_timeout=spec.client_timeout, privacy=spec.privacy,
+                           checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, key=key, on_round=spec.on_round)
+    tokens = result.client_states
+    result.client_states = backend.collect_states(tokens, spec.node_wait) if spec.collect_client_states else {}
     return result
 
 
-def make_server_app(spec: _ServerSpec, sink: Callable[[FederatedResult], None]) -> Any:
-    """A ``ServerApp`` running the federated loop of ``spec`` over the grid and passing the result to ``sink``."""
+def make_server_app(spec: _ServerSpec, sink: Callable[[Any], None]) -> Any:
+    """A ``ServerApp`` running the federated loop of ``spec`` over the grid and passing the result (or the
+    exception that stopped it) to ``sink``."""
     _flwr()
     from flwr.serverapp import ServerApp
 
@@ -496,7 +661,11 @@ def make_server_app(spec: _ServerSpec, sink: Callable[[FederatedResult], None]) 
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        sink(_serve(grid, spec))
+        try:
+            result: FederatedResult | BaseException = _serve(grid, spec)
+        except Exception as e:  # handed to run_flower, which raises it (Flower would only log it)
+            result = e
+        sink(result)
 
     return app
 
@@ -541,6 +710,10 @@ def run_flower(
     min_clients: int = 1,
     client_timeout: float | None = None,
     privacy: PrivacySettings | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    key: Any = None,
+    node_state_dir: str | os.PathLike[str] | None = None,
     mode: str = "simulation",
     collect_client_states: bool = True,
     on_round: Callable[..., None] | None = None,
@@ -555,13 +728,22 @@ def run_flower(
     Args:
         algorithm: a :class:`~privasr.federated.core.FederatedAlgorithm` (picklable: it is shipped to the nodes).
         clients: the population; SuperNode ``i`` serves ``clients[i]``.
-        rounds: the number of rounds.
+        rounds: the total number of rounds (a resumed run continues up to it).
         sampler: a :mod:`privasr.federated.sampling` sampler.
         seed: seeds every random draw, as in :func:`~privasr.federated.loop.run_federated`.
         min_clients: a round with fewer successful clients fails (:class:`~privasr.federated.core.FederatedError`).
         client_timeout: seconds after a round's messages are sent after which a missing reply is dropped.
         privacy: differential privacy (:class:`~privasr.federated.loop.PrivacySettings`); in deployment mode the
             accountant is stepped in the ServerApp process and its state is loaded back into ``privacy.accountant``.
+        checkpoint_dir: the ServerApp writes the loop's ``state.npz`` there after every round (server state,
+            accountant, history and, per client, the name of its state on its node); the nodes keep their
+            clients' states in files under ``node_state_dir``.
+        resume: continue from ``checkpoint_dir/state.npz`` if it exists (it must come from the same Flower run:
+            same arguments and ``key``); the nodes reload the states it names.
+        key: anything JSON-able that identifies the run's data and settings (as for ``run_federated``).
+        node_state_dir: with ``checkpoint_dir``: the folder standing for the nodes' own disks, where node ``i``
+            keeps its client's states (``<node_state_dir>/<run id>/client-<i>/``); default
+            ``checkpoint_dir/nodes``.
         mode: ``"simulation"`` or ``"deployment"``.
         collect_client_states: ask the nodes for their states at the end (``FederatedResult.client_states``);
             otherwise that dict is empty.
@@ -583,6 +765,16 @@ def run_flower(
         raise ConfigError("on_round is not supported in deployment mode (the ServerApp runs in another process)")
     if mode == "deployment" and backend_config is not None:
         raise ConfigError("backend_config configures the simulation engine", expected='mode="simulation"')
+    if node_state_dir is not None and checkpoint_dir is None:
+        raise ConfigError("node_state_dir is where nodes keep states for a resumed run", expected="checkpoint_dir")
+    ckpt = nodes_dir = None
+    if checkpoint_dir is not None:  # absolute and created here: in deployment the ServerApp runs elsewhere
+        ckpt = Path(checkpoint_dir).expanduser().resolve()
+        nodes_dir = Path(node_state_dir).expanduser().resolve() if node_state_dir is not None else ckpt / "nodes"
+        if any(c in str(nodes_dir) for c in "'\n\r"):
+            raise ConfigError(f"node_state_dir={str(nodes_dir)!r}", expected="a path without quotes or newlines")
+        ckpt.mkdir(parents=True, exist_ok=True)
+        nodes_dir.mkdir(parents=True, exist_ok=True)
     _flwr()
     from privasr.federated.backends.ray import ship_by_value
 
@@ -590,15 +782,16 @@ def run_flower(
     ship_by_value(algorithm, sampler, *(c for c in clients[:1]), on_round,
                   *((privacy.mechanism, privacy.accountant) if privacy is not None else ()))
     spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout, privacy,
-                       on_round, collect_client_states, float(node_wait), 0.2)
+                       on_round, collect_client_states, float(node_wait), 0.2,
+                       None if ckpt is None else str(ckpt), bool(resume), key)
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     if quiet:
         flwr_logger.setLevel(logging.ERROR)
     try:
         if mode == "simulation":
-            return _run_simulation(spec, clients, backend_config)
-        return _run_deployment(spec, clients, run_timeout=run_timeout, keep_workdir=keep_workdir)
+            return _run_simulation(spec, clients, backend_config, nodes_dir)
+        return _run_deployment(spec, clients, nodes_dir, run_timeout=run_timeout, keep_workdir=keep_workdir)
     finally:
         flwr_logger.setLevel(level)
 
@@ -610,7 +803,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mapping[str, Any] | None) -> FederatedResult:
+def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mapping[str, Any] | None,
+                    nodes_dir: Path | None) -> FederatedResult:
     from flwr.simulation import run_simulation
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -618,7 +812,7 @@ def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mappi
                      "init_args": {"num_cpus": os.cpu_count() or 1, "include_dashboard": False,
                                    "log_to_driver": False, "logging_level": "ERROR"}},
                     backend_config or {})
-    results: list[FederatedResult] = []
+    results: list[Any] = []
     pythonpath = os.environ.get("PYTHONPATH")
     with tempfile.TemporaryDirectory(prefix="privasr-flower-") as work:
         data_path = Path(work) / "clients.pkl"
@@ -627,7 +821,7 @@ def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mappi
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about accelerator variables
                 run_simulation(server_app=make_server_app(spec, results.append),
-                               client_app=make_client_app(data_path), num_supernodes=len(clients),
+                               client_app=make_client_app(data_path, nodes_dir), num_supernodes=len(clients),
                                backend_config=config)  # type: ignore[arg-type]
         finally:  # Flower's Ray backend exports this process's sys.path as PYTHONPATH
             if pythonpath is None:
@@ -636,6 +830,8 @@ def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mappi
                 os.environ["PYTHONPATH"] = pythonpath
     if not results:
         raise FederatedError("the Flower simulation ended without a result")
+    if isinstance(results[0], BaseException):
+        raise results[0]
     return results[0]
 
 
@@ -812,7 +1008,7 @@ def _run_status(env: dict[str, str], run_id: str) -> str:
         return ""
 
 
-def _run_deployment(spec: _ServerSpec, clients: list[Any], *, run_timeout: float | None,
+def _run_deployment(spec: _ServerSpec, clients: list[Any], nodes_dir: Path | None, *, run_timeout: float | None,
                     keep_workdir: bool) -> FederatedResult:
     n = len(clients)
     work = Path(tempfile.mkdtemp(prefix="privasr-flower-"))
@@ -848,10 +1044,14 @@ def _run_deployment(spec: _ServerSpec, clients: list[Any], *, run_timeout: float
                                   "--host", "127.0.0.1", "--port", str(link_port)])
         _wait_port(link_port, procs, 60.0)
         for i in range(n):
+            # each SuperNode is told its own state folder, as a device would be configured with its own disk
+            node_config = f"partition-id={i} num-partitions={n}"
+            if nodes_dir is not None:
+                node_config += f" {STATE_DIR_KEY}='{nodes_dir}'"
             procs.start(f"supernode-{i}", [_tool("flower-supernode"), "--insecure",
                                            "--superlink", f"127.0.0.1:{link_port}",
                                            "--host", "127.0.0.1", "--port", str(_free_port()),
-                                           "--node-config", f"partition-id={i} num-partitions={n}"])
+                                           "--node-config", node_config])
         started = subprocess.run([_tool("flwr"), "run", str(app), "privasr", "--format", "json"], env=env,
                                  capture_output=True, text=True, timeout=120)
         try:
