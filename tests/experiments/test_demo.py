@@ -27,6 +27,10 @@ def test_demo_end_to_end(tmp_path):
     assert f"| {100 * m['wer_ngram_rescoring']:.2f} |" in report
     assert 0 < m["wer_ngram_rescoring"] < 1 and set(m["ngram_rescoring_weights"]) == {"lm", "bg3", "word_penalty"}
     assert f"{100 * m['wer_1best']:.2f}" in report
+    ftl = m["ftl"]
+    if ftl is not None:  # federated acoustic training (needs torch)
+        assert ftl["valid_loss"] < ftl["valid_loss_seed"] and 0 <= ftl["cer"] <= ftl["wer"]
+        assert "## Federated acoustic-model training (paper 002)" in report
     # Same seed, same numbers (timings aside).
     out2 = tmp_path / "demo2"
     assert main(["demo", "--out", str(out2), "--seed", "3", "--preset", "tiny"]) == 0

@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "fmp-aggregation": "privasr.bench.fmp_aggregation:run",
     "backends": "privasr.bench.backends:run",
     "fedlm": "privasr.bench.fedlm:run",
+    "ftl": "privasr.bench.ftl:run",
 }
 
 

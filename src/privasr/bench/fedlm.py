@@ -96,7 +96,7 @@ import numpy as np
 from privasr.federated.core import Update
 from privasr.results import write_results
 
-__all__ = ["run", "make_vocab", "make_clients", "random_updates"]
+__all__ = ["run", "make_vocab", "make_clients", "random_updates", "round_throughput", "server_memory"]
 
 VOCAB_WORDS = 2000
 POPULATION = 32
@@ -173,11 +173,13 @@ def _best(fn: Any, repeats: int) -> float:
     return best
 
 
-def _throughput(alg: Any, clients: list[Any], ks: list[int], rounds: int, seed: int, backend: Any = None
-                ) -> tuple[dict[int, float], dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
-                           dict[int, float]]:
+def round_throughput(alg: Any, clients: list[Any], ks: list[int], rounds: int, seed: int, backend: Any = None,
+                     sampler: Any = None
+                     ) -> tuple[dict[int, float], dict[int, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
+                                dict[int, float]]:
     """Per K: the mean round seconds, the parameters after the first and the last round, and a client's mean
-    compute as the backend measured it (timed rounds)."""
+    compute as the backend measured it (timed rounds). ``sampler``: a sampler class taking ``n`` (default
+    uniform without replacement). Shared with the FTL benchmark."""
     from privasr.federated.loop import run_federated
     from privasr.federated.sampling import UniformWithoutReplacement
 
@@ -189,7 +191,8 @@ def _throughput(alg: Any, clients: list[Any], ks: list[int], rounds: int, seed: 
             if entry.round == 0:
                 first.append(dict(state["params"]))
 
-        res = run_federated(alg, clients, rounds=1 + rounds, sampler=UniformWithoutReplacement(k), seed=seed,
+        res = run_federated(alg, clients, rounds=1 + rounds, sampler=(sampler or UniformWithoutReplacement)(k),
+                            seed=seed,
                             backend=backend, on_round=keep_first)
         secs[k] = _round_s(res)
         params[k] = (first[0], res.state["params"])
@@ -197,9 +200,10 @@ def _throughput(alg: Any, clients: list[Any], ks: list[int], rounds: int, seed: 
     return secs, params, client_s
 
 
-def _server_memory(alg: Any, shapes: Mapping[str, tuple[int, ...]], n: int, seed: int,
+def server_memory(alg: Any, shapes: Mapping[str, tuple[int, ...]], n: int, seed: int,
                    naive: bool) -> tuple[float, dict[str, np.ndarray]]:
-    """(peak MB traced while generating, accumulating and stepping; the new parameters)."""
+    """(peak MB traced while generating, accumulating and stepping; the new parameters). Shared with the FTL
+    benchmark."""
     state = alg.init(np.random.default_rng([seed, 5]))
     tracemalloc.start()
     tracemalloc.reset_peak()
@@ -252,7 +256,7 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
                    local_train_deterministic=all(np.array_equal(a[k], b[k]) for k in a))
 
     # --- 1. throughput against K, local --------------------------------------------------------------------
-    local_s, local_params, client_local = _throughput(alg, clients, ks, rounds, seed)
+    local_s, local_params, client_local = round_throughput(alg, clients, ks, rounds, seed)
     for k in ks:
         metrics[f"round_s_local_{k}"] = local_s[k]
         metrics[f"client_updates_per_s_local_{k}"] = k / local_s[k]
@@ -273,7 +277,7 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
             t0 = time.perf_counter()
             run_federated(alg, clients, rounds=1, sampler=AllClients(), seed=seed, backend=backend)
             metrics["ray_warmup_s"] = time.perf_counter() - t0
-            ray_s, ray_params, client_ray = _throughput(alg, clients, ks, rounds, seed, backend=backend)
+            ray_s, ray_params, client_ray = round_throughput(alg, clients, ks, rounds, seed, backend=backend)
             # every client's update is the same bits on a Ray worker as in this process
             from privasr.federated.backends import make_backend
             from privasr.federated.core import ClientTask, client_seed
@@ -302,17 +306,17 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
         metrics["ray_max_rel_diff_final"] = max(_rel_diff(ray_params[k][1], local_params[k][1]) for k in ks)
 
     # --- 2. server memory against N --------------------------------------------------------------------------
-    _server_memory(alg, shapes, 2, seed, naive=False)  # warm-up
+    server_memory(alg, shapes, 2, seed, naive=False)  # warm-up
     streamed = {}
     for n in mem_ns:
-        peak, p = _server_memory(alg, shapes, n, seed, naive=False)
+        peak, p = server_memory(alg, shapes, n, seed, naive=False)
         metrics[f"server_peak_mb_{n}"] = peak
         streamed[n] = p
     metrics["server_memory_ratio_max_vs_min"] = metrics[f"server_peak_mb_{mem_ns[-1]}"] / \
         metrics[f"server_peak_mb_{mem_ns[0]}"]
     same = True
     for n in mem_ns[:2]:
-        peak, p = _server_memory(alg, shapes, n, seed, naive=True)
+        peak, p = server_memory(alg, shapes, n, seed, naive=True)
         metrics[f"naive_peak_mb_{n}"] = peak
         metrics[f"naive_to_streaming_memory_ratio_{n}"] = peak / metrics[f"server_peak_mb_{n}"]
         same = same and all(np.array_equal(p[k], streamed[n][k]) for k in p)

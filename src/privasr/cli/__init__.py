@@ -43,7 +43,20 @@ def _root(
 
 
 def _register() -> None:
-    from privasr.cli import bench, confidence, data, decode, demo, fedlm, fmp, lm, privacy, rescore, score
+    from privasr.cli import (
+        bench,
+        confidence,
+        data,
+        decode,
+        demo,
+        fedlm,
+        fmp,
+        ftl,
+        lm,
+        privacy,
+        rescore,
+        score,
+    )
 
     app.add_typer(data.app, name="data")
     app.add_typer(score.app, name="score")
@@ -52,6 +65,7 @@ def _register() -> None:
     app.add_typer(privacy.app, name="privacy")
     app.add_typer(fmp.app, name="fmp")
     app.add_typer(fedlm.app, name="fedlm")
+    app.add_typer(ftl.app, name="ftl")
     app.add_typer(confidence.app, name="confidence")
     app.command("demo")(demo.demo)
     app.command("bench")(bench.bench)

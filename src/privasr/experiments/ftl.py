@@ -1,0 +1,428 @@
+"""The federated transfer learning experiment (paper 002, Table 1 at AN4 scale).
+
+``privasr ftl run --config configs/ftl-an4.yaml --out DIR`` does (and writes ``DIR/results.json`` and
+``DIR/report.md``):
+
+1. **Data.** ``data.kind: an4``: the AN4 Sphinx MFCCs (:func:`~privasr.asr.features.an4_features`, per-speaker
+   CMVN and 3-frame stacking, :func:`~privasr.asr.train.an4_examples`); the training speakers, sorted by name,
+   are split: every ``1 / seed_fraction``-th one (``data.seed_fraction``, default 0.5: every other speaker)
+   belongs to the **server**, which trains the seed model on them (and replays them, 3.2), the others are the
+   **clients**. Every ``data.valid_every``-th utterance of each client speaker is held out as the validation
+   set (never trained on; the loss that decides rounds-to-target). The 10 test speakers are the test set.
+   ``data.kind: synthetic`` generates a small corpus of the same shape (:func:`synthetic_corpus`; the demo).
+2. **Units**: ``units: char`` or ``{sentencepiece: N}`` (trained on the server speakers' transcripts).
+3. **Seed model**: ``model`` (an :class:`~privasr.asr.models.AcousticConfig` preset plus overrides) trained
+   centrally with Adam for ``seed_model.epochs`` on the server speakers (cached in ``OUT/cache``).
+4. **Federated runs** from the seed model on the client speakers (:class:`~privasr.federated.algorithms.ftl.
+   FtlAlgorithm`; ``clients.key``: ``speaker``, one client per speaker, or ``groups`` with ``clients.groups``
+   clients of whole speakers): the system under test (``ftl``: by default hierarchical, client SGD + server
+   Adam, softmax weighting) and the **baseline** (``baseline``: overrides of ``ftl``, by default FedAvg with a
+   single optimiser: server SGD with learning rate 1, count weighting), plus the rows of ``tables.variants``.
+   ``rounds`` rounds of ``federated.sampler`` (default: 7 clients sampled with replacement) on
+   ``federated.backend``; checkpointed per run in ``OUT/checkpoint/<name>`` and resumed.
+5. **Evaluation**: the validation loss after every round; WER and CER of ``eval.method`` decoding on the test
+   speakers after the last round. ``target_loss: auto`` is the best validation loss the baseline reaches in its
+   ``rounds`` rounds; ``rounds_to_target`` is the first round (1-based) at which a run's validation loss is at or
+   below it (``null`` if never).
+6. ``centralised`` (optional): the lower bound (the same network trained centrally on every training speaker
+   from scratch) and centralised online training of the seed model on the client speakers' data, each for
+   ``centralised.epochs`` Adam epochs.
+
+Only float32 parameter deltas with their unit counts and training losses cross to the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privasr import __version__
+from privasr.errors import ConfigError, InputError
+
+__all__ = ["FtlRunConfig", "load_ftl_config", "run_ftl", "synthetic_corpus", "split_speakers"]
+
+_TOP = ("name", "seed", "data", "units", "model", "seed_model", "clients", "rounds", "federated", "ftl",
+        "baseline", "target_loss", "tables", "centralised", "eval")
+_BASELINE = {"server": "fedavg", "weighting": "count"}
+_DEFAULT_FTL = {"server": {"name": "adam", "lr": 0.001}, "weighting": "softmax", "temperature": 1.0,
+                "client_optimizer": {"name": "sgd", "lr": 0.1}}
+
+
+@dataclass(frozen=True)
+class FtlRunConfig:
+    """A validated FTL experiment config (:func:`load_ftl_config`); ``raw`` is the resolved dict."""
+
+    name: str
+    seed: int
+    data: dict[str, Any]
+    units: Any
+    model: Any
+    seed_epochs: int
+    seed_lr: float
+    seed_batch: int
+    client_key: str
+    groups: int
+    rounds: int
+    backend: str
+    backend_options: dict[str, Any]
+    sampler: Any
+    min_clients: int
+    ftl: Any
+    baseline: Any
+    target_loss: float | None
+    variants: tuple[tuple[str, Any, str], ...]
+    central_epochs: int | None
+    eval_method: str
+    eval_options: dict[str, Any]
+    raw: dict[str, Any]
+
+
+def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
+    """Validate an FTL experiment config (see the module docstring); errors name the key.
+
+    >>> load_ftl_config({"data": {"kind": "an5"}})
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: config key 'data.kind' is 'an5' (expected one of an4, synthetic)
+    """
+    from privasr.asr.models import AcousticConfig
+    from privasr.federated.algorithms.ftl import FtlConfig
+    from privasr.rescore.run import _int, _mapping, _num, _str, federation_settings
+
+    raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
+    name = _str(raw.get("name", "ftl"), "name")
+    seed = _int(raw.get("seed", 0), "seed", 0)
+    data = _mapping(raw.get("data", {}), "data", ("kind", "root", "cmvn", "seed_fraction", "valid_every",
+                                                  "speakers", "utterances", "test_speakers"))
+    data["kind"] = _str(data.get("kind", "an4"), "data.kind", ("an4", "synthetic"))
+    data["cmvn"] = _str(data.get("cmvn", "speaker"), "data.cmvn", ("speaker", "global", "none"))
+    frac = _num(data.get("seed_fraction", 0.5), "data.seed_fraction")
+    if not 0 < frac < 1:
+        raise ConfigError(f"data.seed_fraction={frac}", expected="a number in (0, 1)")
+    data["seed_fraction"] = frac
+    data["valid_every"] = _int(data.get("valid_every", 10), "data.valid_every", 2)
+    for k, default in (("speakers", 16), ("utterances", 12), ("test_speakers", 4)):
+        data[k] = _int(data.get(k, default), f"data.{k}", 2)
+    units = raw.get("units", "char")
+    if units != "char":
+        u = _mapping(units, "units", ("sentencepiece",))
+        units = {"sentencepiece": _int(u.get("sentencepiece"), "units.sentencepiece", 8)}
+    m = _mapping(raw.get("model", {}), "model")
+    preset = _str(m.pop("preset", "small"), "model.preset")
+    try:
+        model = AcousticConfig.preset(preset, **m)
+    except TypeError as e:
+        raise ConfigError(f"model: {e}", expected="AcousticConfig fields") from None
+    sm = _mapping(raw.get("seed_model", {}), "seed_model", ("epochs", "lr", "batch_size"))
+    seed_epochs = _int(sm.get("epochs", 10), "seed_model.epochs", 1)
+    seed_lr = _num(sm.get("lr", 0.001), "seed_model.lr")
+    seed_batch = _int(sm.get("batch_size", 16), "seed_model.batch_size", 1)
+    cl = _mapping(raw.get("clients", {}), "clients", ("key", "groups"))
+    key = _str(cl.get("key", "speaker"), "clients.key", ("speaker", "groups"))
+    groups = _int(cl.get("groups", 7), "clients.groups", 1)
+    rounds = _int(raw.get("rounds", 40), "rounds", 1)
+    fed = dict(raw.get("federated", {}) or {})
+    fed.setdefault("sampler", {"kind": "with_replacement", "n": 7})
+    backend, backend_options, sampler, min_clients = federation_settings({"federated": fed})
+    ftl_raw = {**_DEFAULT_FTL, **_mapping(raw.get("ftl", {}), "ftl")}
+    ftl = FtlConfig.from_dict(ftl_raw)
+    base = FtlConfig.from_dict({**ftl_raw, **_BASELINE, **_mapping(raw.get("baseline", {}), "baseline")})
+    tl = raw.get("target_loss", "auto")
+    target = None if tl == "auto" else _num(tl, "target_loss")
+    tables = _mapping(raw.get("tables", {}), "tables", ("variants",))
+    variants = []
+    for i, v in enumerate(tables.get("variants", []) or []):
+        v = _mapping(v, f"tables.variants[{i}]", ("name", "ftl", "clients"))
+        vname = _str(v.get("name"), f"tables.variants[{i}].name")
+        vkey = _str(v.get("clients", key), f"tables.variants[{i}].clients", ("speaker", "groups"))
+        variants.append((vname, FtlConfig.from_dict({**ftl_raw, **_mapping(v.get("ftl", {}),
+                                                                             f"tables.variants[{i}].ftl")}), vkey))
+    cen = raw.get("centralised")
+    central = None
+    if cen is not None:
+        central = _int(_mapping(cen, "centralised", ("epochs",)).get("epochs", seed_epochs), "centralised.epochs", 1)
+    ev = _mapping(raw.get("eval", {}), "eval", ("method", "beam"))
+    method = _str(ev.get("method", "greedy"), "eval.method", ("greedy", "beam"))
+    opts = {"beam": _int(ev.get("beam", 8), "eval.beam", 1)} if method == "beam" else {}
+    resolved = {**raw, "ftl": ftl.to_dict(), "baseline": base.to_dict(), "model": model.to_dict(),
+                "data": data, "units": units}
+    return FtlRunConfig(name, seed, data, units, model, seed_epochs, seed_lr, seed_batch, key, groups, rounds,
+                        backend, backend_options, sampler, min_clients, ftl, base, target, tuple(variants),
+                        central, method, opts, resolved)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------------------------
+def synthetic_corpus(speakers: int = 16, utterances: int = 12, test_speakers: int = 4, seed: int = 0,
+                     dim: int = 13) -> tuple[list[Any], list[Any]]:
+    """A small AN4-like corpus (train, test) of :class:`~privasr.asr.features.An4Utterance`: 1-3 words of a
+    20-word lexicon spelled over 8 letters, each letter 6-9 frames of its own random 13-dim mean plus a
+    per-speaker offset and noise, 6 frames of low noise before, between and after the words.
+
+    >>> tr, te = synthetic_corpus(speakers=3, utterances=2, test_speakers=2)
+    >>> len(tr), len(te), tr[0].features.shape[1], len({u.speaker for u in tr})
+    (6, 4, 13, 3)
+    """
+    from privasr.asr.features import An4Utterance
+
+    rng = np.random.default_rng([seed, 21])
+    letters = "ABCDEFGH"
+    means = rng.normal(0.0, 2.0, size=(len(letters), dim))
+    lexicon = ["".join(rng.choice(list(letters), size=int(rng.integers(2, 5)))) for _ in range(20)]
+
+    def speaker(name: str, n: int, sid: int) -> list[Any]:
+        r = np.random.default_rng([seed, 22, sid])
+        offset = r.normal(0.0, 0.5, size=dim)
+        out = []
+        for i in range(n):
+            words = tuple(str(w) for w in r.choice(lexicon, size=int(r.integers(1, 4))))
+            frames = [r.normal(0.0, 0.3, size=(6, dim))]
+            for w in words:
+                for ch in w:
+                    k = int(r.integers(6, 10))
+                    frames.append(means[letters.index(ch)] + offset + r.normal(0.0, 0.7, size=(k, dim)))
+                frames.append(r.normal(0.0, 0.3, size=(6, dim)))
+            feats = np.concatenate(frames).astype(np.float32)
+            out.append(An4Utterance(f"{name}-{i:03d}", name, words, feats))
+        return out
+
+    train = [u for s in range(speakers) for u in speaker(f"spk{s:02d}", utterances, s)]
+    test = [u for s in range(test_speakers) for u in speaker(f"tst{s:02d}", utterances, 1000 + s)]
+    return train, test
+
+
+def split_speakers(speakers: Sequence[str], seed_fraction: float) -> tuple[list[str], list[str]]:
+    """(server speakers, client speakers): sorted, the server takes every ``1 / seed_fraction``-th by position.
+
+    >>> split_speakers(["d", "a", "c", "b"], 0.5)
+    (['a', 'c'], ['b', 'd'])
+    """
+    names = sorted(set(speakers))
+    n_seed = max(1, min(len(names) - 1, round(len(names) * seed_fraction)))
+    picks = {int(round(i * len(names) / n_seed)) for i in range(n_seed)}
+    server = [s for i, s in enumerate(names) if i in picks]
+    return server, [s for s in names if s not in picks and s not in server]
+
+
+def _load(cfg: FtlRunConfig) -> tuple[list[Any], list[Any]]:
+    if cfg.data["kind"] == "synthetic":
+        return synthetic_corpus(cfg.data["speakers"], cfg.data["utterances"], cfg.data["test_speakers"], cfg.seed)
+    from privasr.asr.features import an4_features
+
+    root = cfg.data.get("root")
+    return an4_features(root, "train"), an4_features(root, "test")
+
+
+def _tokenizer(cfg: FtlRunConfig, transcripts: Sequence[Sequence[str]]) -> Any:
+    from privasr.asr.units import CharTokenizer, SentencePieceTokenizer
+
+    if cfg.units == "char":
+        return CharTokenizer.train(transcripts)
+    return SentencePieceTokenizer.train(transcripts, vocab_size=cfg.units["sentencepiece"], seed=cfg.seed)
+
+
+def _groups(speakers: Sequence[str], n: int) -> list[list[str]]:
+    names = sorted(speakers)
+    n = min(n, len(names))
+    return [names[i::n] for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------------------------
+def _cache_key(cfg: FtlRunConfig, what: str, **extra: Any) -> str:
+    key = {"what": what, "data": cfg.data, "units": cfg.units, "model": cfg.model.to_dict(), "seed": cfg.seed,
+           "version": __version__, **extra}
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None, examples: Sequence[Any],
+             epochs: int, cache: Path, name: str, lr: float, batch: int) -> tuple[dict[str, np.ndarray], float]:
+    """Centralised Adam training (cached): the parameters and the seconds it took (0 when cached)."""
+    import torch
+
+    from privasr.asr.models import build_model
+    from privasr.asr.train import train
+    from privasr.federated.algorithms.ftl import FtlAlgorithm
+
+    key = _cache_key(cfg, name, epochs=epochs, lr=lr, batch=batch, init=init is not None,
+                     n=len(examples))
+    path = cache / f"{name}.npz"
+    meta = cache / f"{name}.json"
+    if path.is_file() and meta.is_file() and meta.read_text(encoding="utf-8") == key:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}, 0.0
+    model = build_model(cfg.model, tok, seed=cfg.seed)
+    if init is not None:
+        with torch.no_grad():
+            for k, p in model.named_parameters():
+                p.copy_(torch.from_numpy(init[k]))
+    t0 = time.perf_counter()
+    train(model, torch.optim.Adam(model.parameters(), lr=lr), examples, epochs=epochs, batch_size=batch,
+          seed=cfg.seed)
+    params = FtlAlgorithm.params_of(model)
+    cache.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **params)
+    meta.write_text(key, encoding="utf-8")
+    return params, time.perf_counter() - t0
+
+
+def _evaluate(alg: Any, params: Mapping[str, np.ndarray], test: Sequence[Any], cfg: FtlRunConfig) -> dict[str, Any]:
+    from privasr.asr.train import evaluate
+
+    model = alg.load(params)
+    ev = evaluate(model, alg.tokenizer, test, method=cfg.eval_method, **cfg.eval_options)
+    return {"wer": ev.wer.wer, "cer": ev.cer.wer, "test_loss": alg.loss(params, test)}
+
+
+def _rounds_to(losses: Sequence[float], target: float) -> int | None:
+    for i, v in enumerate(losses):
+        if v <= target + 1e-12:
+            return i + 1
+    return None
+
+
+def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the experiment; write ``out/results.json`` and ``out/report.md``; return the metrics."""
+    import torch
+
+    from privasr.asr.train import an4_examples
+    from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient
+    from privasr.federated.backends import run_on
+    from privasr.results import write_results
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    train_utts, test_utts = _load(cfg)
+    server_spk, client_spk = split_speakers([u.speaker for u in train_utts], cfg.data["seed_fraction"])
+    server_utts = [u for u in train_utts if u.speaker in set(server_spk)]
+    tok = _tokenizer(cfg, [u.words for u in server_utts])
+    model_cfg = cfg.model.replace(input_dim=3 * train_utts[0].features.shape[1])
+    cfg = copy.copy(cfg)
+    object.__setattr__(cfg, "model", model_cfg)
+    cmvn = cfg.data["cmvn"]
+    ex_all = an4_examples(train_utts, tok, cmvn=cmvn)
+    test = an4_examples(test_utts, tok, cmvn=cmvn)
+    by_spk: dict[str, list[Any]] = {}
+    for e in ex_all:
+        by_spk.setdefault(e.speaker, []).append(e)
+    server_ex = [e for s in server_spk for e in by_spk[s]]
+    every = cfg.data["valid_every"]
+    valid = [e for s in client_spk for i, e in enumerate(by_spk[s]) if i % every == every - 1]
+    client_ex = {s: [e for i, e in enumerate(by_spk[s]) if i % every != every - 1] for s in client_spk}
+    if not valid or not any(client_ex.values()):
+        raise InputError(f"{len(client_spk)} client speakers leave no validation or no training utterances",
+                         expected="more utterances per speaker or a larger valid_every")
+
+    cache = out / "cache"
+    seed_params, seed_s = _central(cfg, tok, None, server_ex, cfg.seed_epochs, cache, "seed", cfg.seed_lr,
+                                   cfg.seed_batch)
+    probe = FtlAlgorithm(cfg.ftl, model_cfg, tok)
+    seed_eval = _evaluate(probe, seed_params, test, cfg)
+    seed_valid = probe.loss(seed_params, valid)
+
+    def clients_for(key: str) -> list[Any]:
+        if key == "speaker":
+            return [FtlClient(s, tuple(client_ex[s])) for s in client_spk if client_ex[s]]
+        return [FtlClient(f"group{i}", tuple(e for s in g for e in client_ex[s]))
+                for i, g in enumerate(_groups(client_spk, cfg.groups))]
+
+    def federate(name: str, ftl_cfg: Any, key: str) -> dict[str, Any]:
+        alg = FtlAlgorithm(ftl_cfg, model_cfg, tok, init_state=seed_params,
+                           replay=server_ex if ftl_cfg.replay_steps else None)
+        clients = clients_for(key)
+        losses: list[float] = []
+
+        def on_round(entry: Any, state: Any) -> None:
+            entry.metrics["valid_loss"] = alg.loss(state["params"], valid)
+
+        t0 = time.perf_counter()
+        res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
+                     checkpoint_dir=out / "checkpoint" / name, on_round=on_round, rounds=cfg.rounds,
+                     sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients,
+                     key={"experiment": cfg.raw, "variant": name, "clients": key})
+        losses = [float(h.metrics["valid_loss"]) for h in res.history]
+        ev = _evaluate(alg, res.state["params"], test, cfg)
+        return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),
+                "valid_loss": losses, "train_loss": [float(h.metrics.get("loss", float("nan")))
+                                                     for h in res.history],
+                "seconds": time.perf_counter() - t0, **ev}
+
+    with torch.random.fork_rng(devices=[]):
+        main = federate("ftl", cfg.ftl, cfg.client_key)
+        base = federate("baseline", cfg.baseline, cfg.client_key)
+        rows = [federate(n, c, k) for n, c, k in cfg.variants]
+    target = cfg.target_loss if cfg.target_loss is not None else min(base["valid_loss"])
+    for r in (main, base, *rows):
+        r["rounds_to_target"] = _rounds_to(r["valid_loss"], target)
+
+    central: dict[str, Any] = {}
+    if cfg.central_epochs is not None:
+        held = set(map(id, valid))
+        lower, s1 = _central(cfg, tok, None, [e for e in ex_all if id(e) not in held], cfg.central_epochs, cache,
+                             "central-all", cfg.seed_lr, cfg.seed_batch)
+        online, s2 = _central(cfg, tok, seed_params, [e for v in client_ex.values() for e in v], cfg.central_epochs,
+                              cache, "central-online", cfg.seed_lr, cfg.seed_batch)
+        central = {"centralised_all": {**_evaluate(probe, lower, test, cfg), "valid_loss": probe.loss(lower, valid),
+                                       "seconds": s1},
+                   "seed_plus_centralised_online": {**_evaluate(probe, online, test, cfg),
+                                                    "valid_loss": probe.loss(online, valid), "seconds": s2}}
+
+    r_main, r_base = main["rounds_to_target"], base["rounds_to_target"]
+    metrics: dict[str, Any] = {
+        "wer": main["wer"], "cer": main["cer"], "rounds_to_target": r_main, "rounds_to_target_baseline": r_base,
+        "rounds_ratio": (r_base / r_main) if (r_main and r_base) else None,
+        "wer_baseline": base["wer"], "cer_baseline": base["cer"], "target_loss": target,
+        "valid_loss": main["valid_loss"][-1], "valid_loss_baseline": base["valid_loss"][-1],
+        "wer_seed": seed_eval["wer"], "cer_seed": seed_eval["cer"], "valid_loss_seed": seed_valid,
+        "rounds": cfg.rounds, "server_speakers": len(server_spk), "client_speakers": len(client_spk),
+        "clients": main["clients"], "valid_utterances": len(valid), "test_utterances": len(test),
+        "units": tok.vocab_size, "seed_model_s": seed_s, "total_s": time.perf_counter() - t_start,
+    }
+    runs = {"ftl": main, "baseline": base, **{r["name"]: r for r in rows}}
+    write_results(out, config=cfg.raw, seed=cfg.seed, metrics=metrics,
+                  extra={"runs": runs, "centralised": central, "argv": list(argv) if argv else None})
+    (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed_eval, seed_valid, argv),
+                                   encoding="utf-8")
+    return metrics
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.2f}%"
+
+
+def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], central: Mapping[str, Any],
+            seed_eval: Mapping[str, Any], seed_valid: float, argv: Sequence[str] | None) -> str:
+    cmd = " ".join(argv) if argv else f"privasr ftl run --config ... --out ... ({cfg.name})"
+    lines = [f"# Federated transfer learning: {cfg.name}", "", f"Command: `{cmd}`", "",
+             f"Data: {cfg.data['kind']}; {m['server_speakers']} server speakers (seed model, replay), "
+             f"{m['client_speakers']} client speakers, {m['valid_utterances']} validation and "
+             f"{m['test_utterances']} test utterances; {m['units']} output units. {cfg.rounds} rounds, "
+             f"sampler {cfg.sampler}, backend {cfg.backend}. Target validation loss: {m['target_loss']:.4f}"
+             + (" (the best the baseline reaches)" if cfg.target_loss is None else "") + ".", "",
+             "| system | clients | valid loss | rounds to target | test WER | test CER |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, c in central.items():
+        lines.append(f"| {name.replace('_', ' ')} | | {c['valid_loss']:.4f} | | {_pct(c['wer'])} | {_pct(c['cer'])} |")
+    lines.append(f"| seed model | | {seed_valid:.4f} | | {_pct(seed_eval['wer'])} | {_pct(seed_eval['cer'])} |")
+    for name, r in runs.items():
+        rt = r["rounds_to_target"]
+        lines.append(f"| {name} ({r['client_key']}; server {r['config']['server']['name']}, "
+                     f"{r['config']['weighting']} weighting"
+                     + (f", replay {r['config']['replay_steps']}" if r['config']['replay_steps'] else "")
+                     + f") | {r['clients']} | {r['valid_loss'][-1]:.4f} | {'' if rt is None else rt} | "
+                     f"{_pct(r['wer'])} | {_pct(r['cer'])} |")
+    ratio = m["rounds_ratio"]
+    lines += ["", f"Rounds to target: {m['rounds_to_target']} vs {m['rounds_to_target_baseline']} for the baseline"
+              + (f" ({ratio:.2f}x fewer)." if ratio else "."), "",
+              f"privasr {__version__}. WER on words, CER on characters with the word boundary as a character."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,92 @@
+"""``privasr ftl run`` (paper 002): config validation, a small synthetic run with the contract's keys, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from privasr.cli import main  # noqa: E402
+from privasr.errors import ConfigError  # noqa: E402
+from privasr.experiments.ftl import load_ftl_config, run_ftl, split_speakers, synthetic_corpus  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _cfg(**over):
+    raw = {"name": "t", "seed": 1,
+           "data": {"kind": "synthetic", "speakers": 6, "utterances": 6, "test_speakers": 2, "valid_every": 3},
+           "model": {"preset": "tiny", "arch": "ctc"}, "seed_model": {"epochs": 3, "lr": 0.005, "batch_size": 8},
+           "rounds": 3, "federated": {"sampler": {"kind": "with_replacement", "n": 2}},
+           "ftl": {"client_optimizer": {"name": "sgd", "lr": 0.3}, "server": {"name": "adam", "lr": 0.005}},
+           "tables": {"variants": [{"name": "groups+replay", "clients": "groups",
+                                    "ftl": {"replay_steps": 2, "weighting": "count"}}]},
+           "clients": {"groups": 2}}
+    raw.update(over)
+    return load_ftl_config(raw)
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"data": {"kind": "an5"}}, "data.kind"),
+        ({"data": {"seed_fraction": 1.0}}, "seed_fraction"),
+        ({"clients": {"key": "device"}}, "clients.key"),
+        ({"ftl": {"weighting": "loss"}}, "weighting"),
+        ({"model": {"preset": "huge"}}, "preset"),
+        ({"eval": {"method": "viterbi"}}, "eval.method"),
+        ({"rounds": 0}, "rounds"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_config_errors_name_the_key(over, match):
+    with pytest.raises(ConfigError, match=match):
+        _cfg(**over)
+
+
+def test_the_shipped_config_validates_and_keeps_its_contract():
+    from privasr.rescore.run import read_config
+
+    cfg = load_ftl_config(read_config(CONFIGS / "ftl-an4.yaml"))
+    assert cfg.client_key == "speaker" and cfg.ftl.weighting == "softmax"
+    assert cfg.ftl.server["name"] == "adam" and cfg.baseline.server["name"] in ("fedavg", "sgd")
+    assert cfg.baseline.weighting == "count" and cfg.data["kind"] == "an4"
+
+
+def test_speaker_split_and_synthetic_corpus_are_deterministic():
+    a, b = synthetic_corpus(speakers=4, utterances=3, test_speakers=2, seed=5)
+    c, _ = synthetic_corpus(speakers=4, utterances=3, test_speakers=2, seed=5)
+    assert [u.words for u in a] == [u.words for u in c] and len(b) == 6
+    server, clients = split_speakers([u.speaker for u in a], 0.5)
+    assert len(server) == 2 and len(clients) == 2 and not set(server) & set(clients)
+
+
+def test_a_small_run_writes_the_contract_and_resumes_to_the_same_result(tmp_path):
+    cfg = _cfg()
+    m = run_ftl(cfg, tmp_path / "o")
+    for k in ("wer", "cer", "rounds_to_target", "rounds_to_target_baseline", "wer_baseline"):
+        assert k in m
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    runs = res["runs"]
+    assert set(runs) == {"ftl", "baseline", "groups+replay"} and runs["groups+replay"]["clients"] == 2
+    assert len(runs["ftl"]["valid_loss"]) == 3
+    # the target is the best validation loss of the baseline, which therefore reaches it
+    assert m["target_loss"] == min(runs["baseline"]["valid_loss"]) and m["rounds_to_target_baseline"] is not None
+    assert "| seed model |" in (tmp_path / "o" / "report.md").read_text()
+    # a second run in the same folder reuses the seed model and the finished checkpoints: same numbers
+    again = run_ftl(cfg, tmp_path / "o")
+    assert {k: v for k, v in again.items() if not k.endswith("_s")} == \
+        {k: v for k, v in m.items() if not k.endswith("_s")}
+
+
+def test_cli_runs_with_overrides(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {kind: synthetic, speakers: 4, utterances: 4, test_speakers: 2, valid_every: 2}\n"
+                   "model: {preset: tiny, arch: ctc}\nseed_model: {epochs: 1}\n"
+                   "federated: {sampler: {kind: with_replacement, n: 2}}\n")
+    assert main(["ftl", "run", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", "rounds=1"]) == 0
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["metrics"]["rounds"] == 1
+    assert main(["ftl", "run", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", "rounds=zero"]) == 2
