@@ -23,3 +23,15 @@ def test_ftl_bench_quick_without_ray(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert m["server_memory_ratio_100_vs_10"] == pytest.approx(1.0, abs=0.01)
     assert m["server_memory_mb_10_clients"] < 20 * m["update_mb"]
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["update_mb"] == m["update_mb"]
+
+
+def test_ftl_bench_on_cuda_without_cuda_is_a_config_error(tmp_path: Path) -> None:
+    import torch
+
+    import privasr.bench.ftl as bench
+    from privasr.errors import ConfigError
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-CUDA error")
+    with pytest.raises(ConfigError, match="no CUDA device"):
+        bench.run(tmp_path, quick=True, device="cuda")

@@ -16,6 +16,9 @@ thread in this process; each Ray worker is one actor with one CPU.
    :class:`~privasr.federated.weighting.WeightedMean`), then the server's Adam step:
    ``server_memory_mb_10_clients`` / ``server_memory_mb_100_clients`` (tracemalloc peak) and their ratio
    ``server_memory_ratio_100_vs_10`` (about 1: one running copy whatever the number of clients).
+
+``--device cuda`` measures instead the GPU scaling curve of client updates per second against the clients per
+round (:func:`_run_cuda`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,12 @@ __all__ = ["run"]
 RAY_WORKERS = 2
 
 
-def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
+def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Measure and write ``out/results.json``; return the metrics."""
     import torch
+
+    if device != "cpu":
+        return _run_cuda(out, quick, seed, device)
 
     from privasr.asr.models import AcousticConfig
     from privasr.asr.train import an4_examples
@@ -110,3 +116,53 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
                                "torch_threads": 1}, seed=seed, metrics=metrics)
     return metrics
 
+
+
+def _run_cuda(out: Path, quick: bool, seed: int, device: str) -> dict[str, Any]:
+    """``--device cuda``: the scaling curve of client updates per second against the clients per round
+    (``K`` in 1, 2, 4, 8, 16) with every client training on the GPU (one process: clients run one after the
+    other, as a single-GPU worker would), for the ``tiny``-derived model above and the AN4 ``small`` CTC model,
+    next to the same on the CPU (one thread) for ``K`` = 4."""
+    import torch
+
+    from privasr.asr.models import AcousticConfig
+    from privasr.asr.train import an4_examples
+    from privasr.asr.units import CharTokenizer
+    from privasr.bench import device_name
+    from privasr.bench.fedlm import round_throughput
+    from privasr.errors import ConfigError
+    from privasr.experiments.ftl import synthetic_corpus
+    from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient, FtlConfig
+    from privasr.federated.sampling import UniformWithReplacement
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but torch sees no CUDA device", expected="cpu, or a machine with CUDA")
+    train_utts, _ = synthetic_corpus(speakers=16, utterances=12, test_speakers=2, seed=seed)
+    tok = CharTokenizer.train([u.words for u in train_utts])
+    examples = an4_examples(train_utts, tok)
+    clients = [FtlClient(s, tuple(e for e in examples if e.speaker == s)) for s in sorted({e.speaker for e in examples})]
+    cfg = FtlConfig(client_optimizer={"name": "sgd", "lr": 0.1}, server={"name": "adam", "lr": 0.001},
+                    weighting="softmax", local_epochs=2)
+    models = {"tiny128": AcousticConfig.preset("tiny", arch="ctc", enc_hidden=128, input_dim=39),
+              "small": AcousticConfig.preset("small", arch="ctc", input_dim=39)}
+    ks = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
+    rounds = 1 if quick else 2
+    metrics: dict[str, Any] = {"device": device, "device_name": device_name(device), "timed_rounds": rounds}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, model in models.items():
+            gpu = FtlAlgorithm(cfg, model, tok, device=device)
+            secs, _, _ = round_throughput(gpu, clients, ks, rounds, seed, sampler=UniformWithReplacement)
+            for k in ks:
+                metrics[f"{name}_client_updates_per_s_cuda_{k}"] = k / secs[k]
+            cpu = FtlAlgorithm(cfg, model, tok)
+            c_secs, _, _ = round_throughput(cpu, clients, [4], rounds, seed, sampler=UniformWithReplacement)
+            metrics[f"{name}_client_updates_per_s_cpu_4"] = 4 / c_secs[4]
+            metrics[f"{name}_cuda_speedup_vs_cpu_4"] = c_secs[4] / secs[4]
+    finally:
+        torch.set_num_threads(threads)
+    write_results(out, config={"benchmark": "ftl", "quick": quick, "device": device, "ks": ks,
+                               "models": {k: v.to_dict() for k, v in models.items()}, "ftl": cfg.to_dict()},
+                  seed=seed, metrics=metrics)
+    return metrics

@@ -27,7 +27,7 @@ def run(name: str, out: Path, quick: bool, seed: int, device: str = "cpu") -> No
             names = [n for n in names if "device" in inspect.signature(get(n)).parameters]
         elif "device" not in inspect.signature(get(name)).parameters:
             raise ConfigError(f"benchmark {name!r} runs on the CPU only",
-                              expected="--device cpu (benchmarks with a device: nnlm-scoring, nnlm-train)")
+                              expected="--device cpu (benchmarks with a device: nnlm-scoring, nnlm-train, ftl)")
     console = Console()
     for n in names:
         target = out / n if name == "all" else out
@@ -44,7 +44,7 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes, fewer repeats (for smoke tests)."),
     seed: int = typer.Option(0, "--seed", help="Random seed for generated inputs."),
     device: str = typer.Option("cpu", "--device",
-                               help="cpu, or cuda[:N] for the benchmarks that have a GPU path (nnlm-scoring, "
+                               help="cpu, or cuda[:N] for the benchmarks that have a GPU path (nnlm-scoring, ftl, "
                                     "nnlm-train; with 'all', only those run)."),
 ) -> None:
     """Run a benchmark by name, or all of them (then one sub-folder each)."""
