@@ -1,14 +1,18 @@
-"""What the algorithms' configuration dataclasses share."""
+"""What the algorithms' configuration dataclasses and torch models share: strict number checks, dict configs,
+and the parameter plumbing between numpy pytrees (what travels) and a torch model (what trains)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from privasr.errors import ConfigError
+import numpy as np
 
-__all__ = ["config_from_dict"]
+from privasr.errors import ConfigError, InputError
+
+__all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of"]
 
 T = TypeVar("T")
 
@@ -34,3 +38,61 @@ def config_from_dict(cls: type[T], d: Any, what: str) -> T:
         if k not in names:
             raise ConfigError(f"unknown {what} setting {k!r}", expected=f"one of {names}")
     return cls(**dict(d))
+
+
+def is_real(v: Any) -> bool:
+    """A finite real number that is not a bool.
+
+    >>> is_real(1.5), is_real(True), is_real(float("nan"))
+    (True, False, False)
+    """
+    return not isinstance(v, bool) and isinstance(v, int | float | np.integer | np.floating) and math.isfinite(v)
+
+
+def is_int(v: Any) -> bool:
+    """An integer that is not a bool.
+
+    >>> is_int(3), is_int(3.0), is_int(False)
+    (True, False, False)
+    """
+    return not isinstance(v, bool) and isinstance(v, int | np.integer)
+
+
+def check_params(model: Any, params: Any, what: str) -> dict[str, np.ndarray]:
+    """``params`` as float32 arrays with exactly ``model``'s parameter names and shapes, all finite.
+
+    Raises:
+        InputError: not a mapping, other names, a wrong shape or dtype, NaN or infinity (naming ``what``).
+    """
+    if not isinstance(params, Mapping):
+        raise InputError(f"{what} is a {type(params).__name__}", expected="a name -> array mapping")
+    want = {k: tuple(p.shape) for k, p in model.named_parameters()}
+    if set(params) != set(want):
+        raise InputError(f"{what} has parameters {sorted(params)[:6]}{'...' if len(params) > 6 else ''}",
+                         expected=f"the model's {len(want)} parameters ({sorted(want)[:6]}...)")
+    out = {}
+    for k, shape in want.items():
+        a = np.asarray(params[k])
+        if a.shape != shape or a.dtype.kind not in "biuf":
+            raise InputError(f"{what}[{k!r}] has shape {a.shape} and dtype {a.dtype}",
+                             expected=f"a numeric array of shape {shape}")
+        a = a.astype(np.float32)
+        if not np.all(np.isfinite(a)):
+            raise InputError(f"{what}[{k!r}] holds NaN or infinity", expected="finite values")
+        out[k] = a
+    return out
+
+
+def load_params(model: Any, params: Mapping[str, np.ndarray]) -> Any:
+    """Copy ``params`` (name -> array) into ``model``'s parameters in place; return the model."""
+    import torch
+
+    with torch.no_grad():
+        for k, p in model.named_parameters():
+            p.copy_(torch.from_numpy(np.ascontiguousarray(params[k], dtype=np.float32)))
+    return model
+
+
+def params_of(model: Any) -> dict[str, np.ndarray]:
+    """A model's parameters as float32 numpy arrays (copies, on the CPU)."""
+    return {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in model.named_parameters()}

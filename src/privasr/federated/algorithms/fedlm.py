@@ -77,7 +77,14 @@ import torch
 import torch.nn.functional as F
 
 from privasr.errors import ConfigError, InputError
-from privasr.federated.algorithms._config import config_from_dict
+from privasr.federated.algorithms._config import (
+    check_params,
+    config_from_dict,
+    is_int,
+    is_real,
+    load_params,
+    params_of,
+)
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.lm.neural.models import NeuralLMConfig, build_model
@@ -94,14 +101,6 @@ WEIGHTINGS = ("words", "uniform")
 """How the server weights the clients' deltas (eq. 6): by words trained on, or 1 each."""
 
 _IGNORE = -100
-
-
-def _is_real(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float | np.integer | np.floating) and math.isfinite(v)
-
-
-def _is_int(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | np.integer)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -144,7 +143,7 @@ class FedLmClient:
                 raise InputError(f"{who}, utterance {j}: a {type(s).__name__}", expected="a sequence of word ids")
             if len(s) == 0:
                 raise InputError(f"{who}, utterance {j} is empty", expected="at least one word id")
-            if not all(_is_int(i) and i >= 0 for i in s):
+            if not all(is_int(i) and i >= 0 for i in s):
                 raise InputError(f"{who}, utterance {j}: word ids {list(s)!r}", expected="integers >= 0")
             sents.append(tuple(int(i) for i in s))
         object.__setattr__(self, "sentences", tuple(sents))
@@ -224,19 +223,19 @@ class FedLmConfig:
 
     def __post_init__(self) -> None:
         _choice("loss", self.loss, LOSSES)
-        if not _is_real(self.threshold) or not 0 <= self.threshold <= 1:
+        if not is_real(self.threshold) or not 0 <= self.threshold <= 1:
             raise ConfigError(f"threshold={self.threshold!r}", expected="a number in [0, 1]")
         object.__setattr__(self, "threshold", float(self.threshold))
         for name in ("local_epochs", "batch_size"):
             v = getattr(self, name)
-            if not _is_int(v) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ConfigError(f"{name}={v!r}", expected="an integer >= 1")
             object.__setattr__(self, name, int(v))
-        if not _is_real(self.client_lr) or self.client_lr <= 0:
+        if not is_real(self.client_lr) or self.client_lr <= 0:
             raise ConfigError(f"client_lr={self.client_lr!r}", expected="a finite number > 0")
         object.__setattr__(self, "client_lr", float(self.client_lr))
         if self.clip_norm is not None:
-            if not _is_real(self.clip_norm) or self.clip_norm <= 0:
+            if not is_real(self.clip_norm) or self.clip_norm <= 0:
                 raise ConfigError(f"clip_norm={self.clip_norm!r}", expected="None or a finite number > 0")
             object.__setattr__(self, "clip_norm", float(self.clip_norm))
         _choice("weighting", self.weighting, WEIGHTINGS)
@@ -367,34 +366,14 @@ class FedLmAlgorithm:
         return [k for k, _ in self._get_model().named_parameters()]
 
     def _check_params(self, params: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
-        if not isinstance(params, Mapping):
-            raise InputError(f"{what} is a {type(params).__name__}", expected="a name -> array mapping")
-        model = self._get_model()
-        want = {k: tuple(p.shape) for k, p in model.named_parameters()}
-        if set(params) != set(want):
-            raise InputError(f"{what} has parameters {sorted(params)}", expected=f"the model's {sorted(want)}")
-        out = {}
-        for k, shape in want.items():
-            a = np.asarray(params[k])
-            if a.shape != shape or a.dtype.kind not in "biuf":
-                raise InputError(f"{what}[{k!r}] has shape {a.shape} and dtype {a.dtype}",
-                                 expected=f"a numeric array of shape {shape}")
-            a = a.astype(np.float32)
-            if not np.all(np.isfinite(a)):
-                raise InputError(f"{what}[{k!r}] holds NaN or infinity", expected="finite values")
-            out[k] = a
-        return out
+        return check_params(self._get_model(), params, what)
 
     def _load(self, params: Mapping[str, np.ndarray]) -> torch.nn.Module:
-        model = self._get_model()
-        with torch.no_grad():
-            for k, p in model.named_parameters():
-                p.copy_(torch.from_numpy(np.ascontiguousarray(params[k], dtype=np.float32)))
-        return model
+        return load_params(self._get_model(), params)
 
     @staticmethod
     def _params_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-        return {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in model.named_parameters()}
+        return params_of(model)
 
     def _windows(self, client: FedLmClient) -> tuple[list[np.ndarray], list[np.ndarray], float]:
         """``<s> w .. </s>`` id windows with some positive target weight, their target weights, and the words

@@ -60,7 +60,14 @@ from privasr.asr.models import AcousticConfig, AcousticModel, build_model
 from privasr.asr.train import Example, evaluate_loss, train
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
-from privasr.federated.algorithms._config import config_from_dict
+from privasr.federated.algorithms._config import (
+    check_params,
+    config_from_dict,
+    is_int,
+    is_real,
+    load_params,
+    params_of,
+)
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.federated.weighting import WEIGHT_KINDS, WeightedMean
@@ -70,14 +77,6 @@ __all__ = ["FtlClient", "FtlConfig", "FtlAlgorithm", "CLIENT_OPTIMIZERS", "Softm
 
 CLIENT_OPTIMIZERS = ("sgd", "adam")
 """Client optimisers: plain (momentum) SGD, or Adam started afresh every round."""
-
-
-def _is_real(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float | np.integer | np.floating) and math.isfinite(v)
-
-
-def _is_int(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | np.integer)
 
 
 @dataclass(frozen=True)
@@ -163,16 +162,16 @@ class FtlConfig:
         for name, lo in (("local_epochs", 1), ("local_steps", 0), ("batch_size", 1), ("replay_steps", 0),
                          ("replay_batch_size", 1)):
             v = getattr(self, name)
-            if not _is_int(v) or v < lo:
+            if not is_int(v) or v < lo:
                 raise ConfigError(f"{name}={v!r}", expected=f"an integer >= {lo}")
             object.__setattr__(self, name, int(v))
         for name in ("temperature", "replay_lr"):
             v = getattr(self, name)
-            if not _is_real(v) or v <= 0:
+            if not is_real(v) or v <= 0:
                 raise ConfigError(f"{name}={v!r}", expected="a finite number > 0")
             object.__setattr__(self, name, float(v))
         if self.clip_norm is not None:
-            if not _is_real(self.clip_norm) or self.clip_norm <= 0:
+            if not is_real(self.clip_norm) or self.clip_norm <= 0:
                 raise ConfigError(f"clip_norm={self.clip_norm!r}", expected="None or a finite number > 0")
             object.__setattr__(self, "clip_norm", float(self.clip_norm))
         if self.weighting not in WEIGHT_KINDS:
@@ -180,7 +179,7 @@ class FtlConfig:
         opt = _optimizer_spec(self.client_optimizer, {"name": "sgd", "lr": 0.1, "momentum": 0.0},
                               "client_optimizer", CLIENT_OPTIMIZERS)
         lr = opt.get("lr", 0.1 if opt["name"] == "sgd" else 0.001)
-        if not _is_real(lr) or lr <= 0:
+        if not is_real(lr) or lr <= 0:
             raise ConfigError(f"client_optimizer lr={lr!r}", expected="a finite number > 0")
         opt["lr"] = float(lr)
         extra = set(opt) - ({"name", "lr", "momentum"} if opt["name"] == "sgd" else {"name", "lr"})
@@ -188,7 +187,7 @@ class FtlConfig:
             raise ConfigError(f"client_optimizer {opt['name']!r} has unknown setting(s) {sorted(extra)}")
         if opt["name"] == "sgd":
             mom = opt.get("momentum", 0.0)
-            if not _is_real(mom) or not 0 <= mom < 1:
+            if not is_real(mom) or not 0 <= mom < 1:
                 raise ConfigError(f"client_optimizer momentum={mom!r}", expected="a number in [0, 1)")
             opt["momentum"] = float(mom)
         object.__setattr__(self, "client_optimizer", opt)
@@ -285,36 +284,16 @@ class FtlAlgorithm:
         return self._model
 
     def _check_params(self, params: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
-        if not isinstance(params, Mapping):
-            raise InputError(f"{what} is a {type(params).__name__}", expected="a name -> array mapping")
-        want = {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
-        if set(params) != set(want):
-            raise InputError(f"{what} has parameters {sorted(params)[:6]}...",
-                             expected=f"the model's {len(want)} parameters ({sorted(want)[:6]}...)")
-        out = {}
-        for k, shape in want.items():
-            a = np.asarray(params[k])
-            if a.shape != shape or a.dtype.kind not in "biuf":
-                raise InputError(f"{what}[{k!r}] has shape {a.shape} and dtype {a.dtype}",
-                                 expected=f"a numeric array of shape {shape}")
-            a = a.astype(np.float32)
-            if not np.all(np.isfinite(a)):
-                raise InputError(f"{what}[{k!r}] holds NaN or infinity", expected="finite values")
-            out[k] = a
-        return out
+        return check_params(self._get_model(), params, what)
 
     def load(self, params: Mapping[str, np.ndarray]) -> AcousticModel:
         """The (shared, per-process) model holding ``params``."""
-        model = self._get_model()
-        with torch.no_grad():
-            for k, p in model.named_parameters():
-                p.copy_(torch.from_numpy(np.ascontiguousarray(params[k], dtype=np.float32)))
-        return model
+        return load_params(self._get_model(), params)
 
     @staticmethod
     def params_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
         """A model's parameters as float32 numpy arrays (copies)."""
-        return {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in model.named_parameters()}
+        return params_of(model)
 
     def _train(self, params: Mapping[str, np.ndarray], examples: Sequence[Example], optimizer: Mapping[str, Any],
                epochs: int, steps: int, batch_size: int, seed: int) -> tuple[dict[str, np.ndarray], float, int]:
