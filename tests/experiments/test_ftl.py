@@ -90,3 +90,17 @@ def test_cli_runs_with_overrides(tmp_path):
     assert main(["ftl", "run", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", "rounds=1"]) == 0
     assert json.loads((tmp_path / "o" / "results.json").read_text())["metrics"]["rounds"] == 1
     assert main(["ftl", "run", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", "rounds=zero"]) == 2
+
+
+@pytest.mark.slow
+def test_flower_simulation_gives_the_local_result(tmp_path):
+    pytest.importorskip("flwr")
+    local = run_ftl(_cfg(rounds=2, tables={}), tmp_path / "local")
+    flower = run_ftl(_cfg(rounds=2, tables={}, federated={"backend": "flower",
+                                                          "sampler": {"kind": "with_replacement", "n": 2}}),
+                     tmp_path / "flower")
+    a = json.loads((tmp_path / "local" / "results.json").read_text())["runs"]
+    b = json.loads((tmp_path / "flower" / "results.json").read_text())["runs"]
+    for name in ("ftl", "baseline"):
+        assert a[name]["valid_loss"] == pytest.approx(b[name]["valid_loss"], rel=1e-6)
+    assert local["wer"] == pytest.approx(flower["wer"], abs=0.02)  # updates arrive in another order
