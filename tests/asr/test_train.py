@@ -168,3 +168,20 @@ def test_an4_pipeline_and_a_few_steps():
     log = train(m, torch.optim.Adam(m.parameters(), 1e-3), ex, steps=2, batch_size=6)
     assert np.isfinite(log.losses).all()
     assert len(evaluate(m, tok, ex[:3], method="greedy").nbest) == 3
+
+
+def test_spec_augment_stacked_masks_whole_base_frames_and_checks_the_stacking() -> None:
+    import numpy as np
+    import pytest
+
+    from privasr.asr.train import spec_augment_stacked
+    from privasr.errors import ConfigError
+
+    x = np.arange(1, 1 + 10 * 12, dtype=np.float32).reshape(10, 12)  # 10 stacks of 3 frames of 4 dims
+    y = spec_augment_stacked(x, np.random.default_rng(3), stack=3, freq_masks=0, time_masks=1, time_width=5,
+                             time_ratio=1.0)
+    frames = y.reshape(30, 4)
+    masked = (frames == 0).all(axis=1)
+    assert masked.any() and ((frames == 0).any(axis=1) == masked).all()  # whole 10 ms frames, not parts
+    with pytest.raises(ConfigError, match="stacked"):
+        spec_augment_stacked(np.ones((2, 5), dtype=np.float32), np.random.default_rng(0), stack=3)

@@ -14,8 +14,10 @@ Plain functions over plain data, so the federated platform can reuse the pieces 
 * :func:`evaluate` -- WER and CER (:func:`privasr.metrics.wer.wer`; CER on characters with the word boundary
   as one more character) of greedy or beam decoding (:func:`privasr.asr.search.decode`).
 
-No SpecAugment here: it applies to 10 ms frames before stacking (:func:`~privasr.asr.features.spec_augment`),
-so a caller wanting it augments the MFCCs and builds its :class:`Example` objects itself.
+SpecAugment (:func:`~privasr.asr.features.spec_augment`) applies to 10 ms frames: :func:`spec_augment_stacked`
+undoes the non-overlapping stacking of an :class:`Example`'s features, masks, and stacks again, and
+``train(augment=...)`` applies it to every utterance of every batch with the run's seeded generator (a fresh
+mask each time an utterance is seen).
 
 >>> import numpy as np
 >>> from privasr.asr.models import AcousticConfig, build_model
@@ -62,6 +64,7 @@ __all__ = [
     "Evaluation",
     "evaluate",
     "char_tokens",
+    "spec_augment_stacked",
 ]
 
 
@@ -156,10 +159,32 @@ def _positive(v: Any, name: str) -> int:
     return int(v)
 
 
-def make_batch(examples: Sequence[Example], indices: Sequence[int] | None = None) -> Batch:
-    """A padded :class:`~privasr.asr.models.Batch` of ``examples`` (or of those at ``indices``)."""
+def make_batch(examples: Sequence[Example], indices: Sequence[int] | None = None,
+               augment: Callable[[np.ndarray], np.ndarray] | None = None) -> Batch:
+    """A padded :class:`~privasr.asr.models.Batch` of ``examples`` (or of those at ``indices``), each utterance's
+    features passed through ``augment`` first when given."""
     ex = list(examples) if indices is None else [examples[i] for i in indices]
-    return collate([e.features for e in ex], [e.units for e in ex], [e.utt_id for e in ex])
+    feats = [e.features if augment is None else augment(e.features) for e in ex]
+    return collate(feats, [e.units for e in ex], [e.utt_id for e in ex])
+
+
+def spec_augment_stacked(x: np.ndarray, rng: np.random.Generator, stack: int = 3, **options: Any) -> np.ndarray:
+    """SpecAugment on features stacked ``stack`` frames at a time without overlap (``(T, stack * D)``, as
+    :func:`an4_examples` makes them): unstack to ``(T * stack, D)``, mask with
+    :func:`~privasr.asr.features.spec_augment` (``options``: its mask settings), stack again. A new array.
+
+    >>> x = np.ones((4, 6), dtype=np.float32)
+    >>> y = spec_augment_stacked(x, np.random.default_rng(0), stack=3, time_width=2, time_ratio=1.0)
+    >>> y.shape, bool((y == 0).any()), bool((x == 1).all())
+    ((4, 6), True, True)
+    """
+    from privasr.asr.features import spec_augment
+
+    t, d = x.shape
+    if d % stack:
+        raise ConfigError(f"features of {d} dims are not {stack} stacked frames", expected=f"a multiple of {stack}")
+    frames = x.reshape(t * stack, d // stack)
+    return spec_augment(frames, rng, **options).reshape(t, d).astype(x.dtype, copy=False)
 
 
 @dataclass
@@ -180,7 +205,8 @@ class TrainLog:
 def train(model: AcousticModel, optimizer: torch.optim.Optimizer, examples: Sequence[Example], *,
           steps: int | None = None, epochs: int | None = None, batch_size: int = 16, max_frames: int | None = None,
           seed: int = 0, clip_norm: float | None = 5.0, scheduler: Any = None,
-          callback: Callable[[int, float], None] | None = None, time_limit: float | None = None) -> TrainLog:
+          callback: Callable[[int, float], None] | None = None, time_limit: float | None = None,
+          augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None) -> TrainLog:
     """Train for ``steps`` optimiser steps or ``epochs`` passes (give one) over length-sorted batches.
 
     Each step minimises the batch's loss per target unit (``loss / count`` of
@@ -188,6 +214,8 @@ def train(model: AcousticModel, optimizer: torch.optim.Optimizer, examples: Sequ
     clipping); ``scheduler.step()`` follows every optimiser step; ``callback(step, loss)`` is called after
     each. The batch order (reshuffled every epoch) and dropout are seeded by ``seed`` (inside
     :func:`torch.random.fork_rng`: the global random state is untouched). ``time_limit`` (seconds) stops early.
+    ``augment(features, rng)`` (e.g. :func:`spec_augment_stacked`) transforms every utterance of every batch,
+    drawing from a generator seeded by ``seed``.
     """
     if (steps is None) == (epochs is None):
         raise ConfigError("give exactly one of steps and epochs")
@@ -196,6 +224,8 @@ def train(model: AcousticModel, optimizer: torch.optim.Optimizer, examples: Sequ
     if not ex:
         raise InputError("no training examples", expected="at least one example")
     rng = np.random.default_rng(seed)
+    aug_rng = np.random.default_rng([seed, 7])
+    aug = None if augment is None else (lambda f: augment(f, aug_rng))
     log = TrainLog()
     t0 = time.perf_counter()
     device = model.device
@@ -208,7 +238,7 @@ def train(model: AcousticModel, optimizer: torch.optim.Optimizer, examples: Sequ
             log.epochs += 1
             for idx in length_batches([e.num_frames for e in ex], batch_size=batch_size, max_frames=max_frames,
                                       rng=rng):
-                batch = make_batch(ex, idx).to(device)
+                batch = make_batch(ex, idx, aug).to(device)
                 loss, count = model.loss(batch)
                 per_unit = loss / max(count, 1)
                 optimizer.zero_grad(set_to_none=True)

@@ -177,3 +177,18 @@ def test_bad_clients_and_parameters_are_input_errors() -> None:
         alg.client_update(bad, _clients(1)[0], None, np.random.default_rng(0))
     with pytest.raises(InputError, match="FtlClient"):
         alg.client_update(state["params"], object(), None, np.random.default_rng(0))
+
+
+def test_spec_augment_changes_the_client_update_and_stays_deterministic() -> None:
+    client = FtlClient("c", tuple(Example(e.utt_id, e.speaker, e.words, np.repeat(e.features, 3, axis=1), e.units)
+                                  for e in _examples(0)))  # features as 3 stacked frames of 4 dims
+    model = AcousticConfig.preset("tiny", arch="ctc", input_dim=12)
+    plain, aug = FtlAlgorithm(FtlConfig(), model, TOK), FtlAlgorithm(FtlConfig(spec_augment=True), model, TOK)
+    state = plain.init(np.random.default_rng(0))
+    u0, _ = plain.client_update(state["params"], client, None, np.random.default_rng(1))
+    u1, _ = aug.client_update(state["params"], client, None, np.random.default_rng(1))
+    u2, _ = aug.client_update(state["params"], client, None, np.random.default_rng(1))
+    assert any(not np.allclose(u0.arrays[k], u1.arrays[k]) for k in u0.arrays)
+    assert all(np.array_equal(u1.arrays[k], u2.arrays[k]) for k in u1.arrays)
+    with pytest.raises(ConfigError, match="spec_augment"):
+        FtlConfig(spec_augment="yes")

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from privasr.asr.models import AcousticConfig, AcousticModel, build_model
-from privasr.asr.train import Example, evaluate_loss, train
+from privasr.asr.train import Example, evaluate_loss, spec_augment_stacked, train
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import (
@@ -137,6 +137,8 @@ class FtlConfig:
         replay_steps: server replay steps after each aggregation (0: off).
         replay_lr: the replay SGD learning rate.
         replay_batch_size: utterances per replay batch.
+        spec_augment: SpecAugment (2 frequency and 2 time masks, :func:`~privasr.asr.train.spec_augment_stacked`)
+            on the client's utterances in local training, a fresh mask every time an utterance is seen.
 
     >>> FtlConfig(weighting="softmax", temperature=0)
     Traceback (most recent call last):
@@ -157,6 +159,7 @@ class FtlConfig:
     replay_steps: int = 0
     replay_lr: float = 0.1
     replay_batch_size: int = 8
+    spec_augment: bool = False
 
     def __post_init__(self) -> None:
         for name, lo in (("local_epochs", 1), ("local_steps", 0), ("batch_size", 1), ("replay_steps", 0),
@@ -174,6 +177,8 @@ class FtlConfig:
             if not is_real(self.clip_norm) or self.clip_norm <= 0:
                 raise ConfigError(f"clip_norm={self.clip_norm!r}", expected="None or a finite number > 0")
             object.__setattr__(self, "clip_norm", float(self.clip_norm))
+        if not isinstance(self.spec_augment, bool):
+            raise ConfigError(f"spec_augment={self.spec_augment!r}", expected="true or false")
         if self.weighting not in WEIGHT_KINDS:
             raise ConfigError(f"weighting={self.weighting!r}", expected=f"one of {list(WEIGHT_KINDS)}")
         opt = _optimizer_spec(self.client_optimizer, {"name": "sgd", "lr": 0.1, "momentum": 0.0},
@@ -296,14 +301,16 @@ class FtlAlgorithm:
         return params_of(model)
 
     def _train(self, params: Mapping[str, np.ndarray], examples: Sequence[Example], optimizer: Mapping[str, Any],
-               epochs: int, steps: int, batch_size: int, seed: int) -> tuple[dict[str, np.ndarray], float, int]:
+               epochs: int, steps: int, batch_size: int, seed: int,
+               augment: bool = False) -> tuple[dict[str, np.ndarray], float, int]:
         model = self.load(params)
         if optimizer["name"] == "adam":
             opt: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=optimizer["lr"])
         else:
             opt = torch.optim.SGD(model.parameters(), lr=optimizer["lr"], momentum=optimizer.get("momentum", 0.0))
         log = train(model, opt, examples, steps=steps or None, epochs=None if steps else epochs,
-                    batch_size=batch_size, seed=seed, clip_norm=self.config.clip_norm)
+                    batch_size=batch_size, seed=seed, clip_norm=self.config.clip_norm,
+                    augment=spec_augment_stacked if augment else None)
         model.eval()
         units = log.units
         loss = float(np.mean(log.losses)) if log.losses else 0.0
@@ -377,7 +384,7 @@ class FtlAlgorithm:
         start = self._check_params(payload, "the broadcast parameters")
         c = self.config
         trained, loss, units = self._train(start, client.examples, c.client_optimizer, c.local_epochs,
-                                           c.local_steps, c.batch_size, int(rng.integers(2 ** 31)))
+                                           c.local_steps, c.batch_size, int(rng.integers(2 ** 31)), c.spec_augment)
         delta = {k: trained[k] - start[k] for k in start}
         return Update(arrays=delta, weight=float(units), metrics={"loss": loss, "units": float(units)}), None
 
