@@ -12,7 +12,7 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of"]
+__all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of", "TorchModelAlgorithm"]
 
 T = TypeVar("T")
 
@@ -96,3 +96,41 @@ def load_params(model: Any, params: Mapping[str, np.ndarray]) -> Any:
 def params_of(model: Any) -> dict[str, np.ndarray]:
     """A model's parameters as float32 numpy arrays (copies, on the CPU)."""
     return {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in model.named_parameters()}
+
+
+class TorchModelAlgorithm:
+    """What the algorithms that train a torch model share: one model per process, built on demand by
+    :meth:`_build_model` (subclasses define it) and never pickled (a backend ships the algorithm to its workers
+    without it); the parameters travel as numpy pytrees, checked against it (:meth:`_check_params`), loaded into
+    it (:meth:`load`) and read out of it (:meth:`params_of`); the broadcast is the server's parameters."""
+
+    _model: Any = None
+
+    def _build_model(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _get_model(self) -> Any:
+        if self._model is None:
+            self._model = self._build_model()
+        return self._model
+
+    def __getstate__(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d.pop("_model", None)  # one model per process, rebuilt on demand
+        return d
+
+    def _check_params(self, params: Any, what: str) -> dict[str, np.ndarray]:
+        return check_params(self._get_model(), params, what)
+
+    def load(self, params: Mapping[str, np.ndarray]) -> Any:
+        """The (shared, per-process) model holding ``params``."""
+        return load_params(self._get_model(), params)
+
+    @staticmethod
+    def params_of(model: Any) -> dict[str, np.ndarray]:
+        """A model's parameters as float32 numpy arrays (copies)."""
+        return params_of(model)
+
+    def broadcast(self, state: Mapping[str, Any], round: int) -> dict[str, np.ndarray]:
+        """The global parameters."""
+        return dict(state["params"])

@@ -77,14 +77,7 @@ import torch
 import torch.nn.functional as F
 
 from privasr.errors import ConfigError, InputError
-from privasr.federated.algorithms._config import (
-    check_params,
-    config_from_dict,
-    is_int,
-    is_real,
-    load_params,
-    params_of,
-)
+from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.lm.neural.models import NeuralLMConfig, build_model
@@ -299,7 +292,7 @@ def target_weights(config: FedLmConfig, n_words: int, confidences: np.ndarray | 
 # ---------------------------------------------------------------------------------------------------------------
 # the algorithm
 # ---------------------------------------------------------------------------------------------------------------
-class FedLmAlgorithm:
+class FedLmAlgorithm(TorchModelAlgorithm):
     """Federated NNLM fine-tuning as a :class:`~privasr.federated.core.FederatedAlgorithm`.
 
     Server state: ``{"params": {name: float32 array}, "opt": the server optimiser's state}``. Payload: the
@@ -337,15 +330,9 @@ class FedLmAlgorithm:
         self.model_config = model_config
         self.vocab = vocab
         self.optimizer = make_server_optimizer(config.server)
-        self._model: torch.nn.Module | None = None
         self.init_state: dict[str, np.ndarray] | None = None
         if init_state is not None:
             self.init_state = self._check_params(init_state, "init_state")
-
-    def __getstate__(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["_model"] = None  # one model per process, rebuilt on demand
-        return d
 
     def config_dict(self) -> dict[str, Any]:
         """The configuration (part of the loop's checkpoint key)."""
@@ -354,26 +341,14 @@ class FedLmAlgorithm:
 
     # -- model plumbing -------------------------------------------------------------------------------------
 
-    def _get_model(self) -> torch.nn.Module:
-        if self._model is None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                self._model = build_model(self.model_config, self.vocab)
-        return self._model
+    def _build_model(self) -> torch.nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return build_model(self.model_config, self.vocab)
 
     def param_names(self) -> list[str]:
         """The model's trainable parameter names (the keys of the state's ``params`` and of every update)."""
         return [k for k, _ in self._get_model().named_parameters()]
-
-    def _check_params(self, params: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
-        return check_params(self._get_model(), params, what)
-
-    def _load(self, params: Mapping[str, np.ndarray]) -> torch.nn.Module:
-        return load_params(self._get_model(), params)
-
-    @staticmethod
-    def _params_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-        return params_of(model)
 
     def _windows(self, client: FedLmClient) -> tuple[list[np.ndarray], list[np.ndarray], float]:
         """``<s> w .. </s>`` id windows with some positive target weight, their target weights, and the words
@@ -409,12 +384,8 @@ class FedLmAlgorithm:
         else:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(rng.integers(2 ** 63 - 1)))
-                params = self._params_of(build_model(self.model_config, self.vocab))
+                params = self.params_of(build_model(self.model_config, self.vocab))
         return {"params": params, "opt": self.optimizer.init(params)}
-
-    def broadcast(self, state: Mapping[str, Any], round: int) -> dict[str, np.ndarray]:
-        """The global parameters."""
-        return dict(state["params"])
 
     def accumulate(self, acc: SumAccumulator | None, update: Update) -> SumAccumulator:
         """The weighted sum: ``acc + update.weight * delta`` (weights summed unscaled)."""
@@ -455,7 +426,7 @@ class FedLmAlgorithm:
         if not isinstance(client, FedLmClient):
             raise InputError(f"client is a {type(client).__name__}", expected="a FedLmClient")
         seqs, wts, words = self._windows(client)
-        model = self._load(params)
+        model = self.load(params)
         model.train()
         lr = self.config.client_lr
         bs = self.config.batch_size
@@ -489,7 +460,7 @@ class FedLmAlgorithm:
         model.eval()
         tokens = float(sum(int(np.count_nonzero(a > 0)) for a in wts))
         metrics = {"loss": loss_sum / weight_sum if weight_sum > 0 else 0.0, "tokens": tokens, "words": words}
-        return self._params_of(model), metrics
+        return self.params_of(model), metrics
 
     def client_update(self, payload: Mapping[str, np.ndarray], client: FedLmClient, client_state: Any,
                       rng: np.random.Generator) -> tuple[Update, None]:
@@ -516,7 +487,7 @@ class FedLmAlgorithm:
         """
         client = FedLmClient("evaluation", tuple(tuple(s) for s in sentences))
         seqs, _, _ = self._windows(client)
-        model = self._load(self._check_params(params, "params"))
+        model = self.load(self._check_params(params, "params"))
         model.eval()
         total, count = 0.0, 0
         for lo in range(0, len(seqs), batch_size):

@@ -60,14 +60,7 @@ from privasr.asr.models import AcousticConfig, AcousticModel, build_model
 from privasr.asr.train import Example, evaluate_loss, spec_augment_stacked, train
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
-from privasr.federated.algorithms._config import (
-    check_params,
-    config_from_dict,
-    is_int,
-    is_real,
-    load_params,
-    params_of,
-)
+from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.federated.weighting import WEIGHT_KINDS, WeightedMean
@@ -226,7 +219,7 @@ class SoftmaxAccumulator:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class FtlAlgorithm:
+class FtlAlgorithm(TorchModelAlgorithm):
     """Federated acoustic-model training as a :class:`~privasr.federated.core.FederatedAlgorithm`.
 
     Server state: ``{"params": {name: float32 array}, "opt": server optimiser state}``; payload: the
@@ -266,15 +259,9 @@ class FtlAlgorithm:
         if config.replay_steps and not self.replay:
             raise ConfigError(f"replay_steps={config.replay_steps} but the server has no replay data",
                               expected="replay examples, or replay_steps: 0")
-        self._model: AcousticModel | None = None
         self.init_state: dict[str, np.ndarray] | None = None
         if init_state is not None:
             self.init_state = self._check_params(init_state, "init_state")
-
-    def __getstate__(self) -> dict[str, Any]:
-        d = dict(self.__dict__)
-        d["_model"] = None  # one model per process, rebuilt on demand
-        return d
 
     def config_dict(self) -> dict[str, Any]:
         """The configuration (part of the loop's checkpoint key)."""
@@ -283,22 +270,8 @@ class FtlAlgorithm:
 
     # -- model plumbing -------------------------------------------------------------------------------------
 
-    def _get_model(self) -> AcousticModel:
-        if self._model is None:
-            self._model = build_model(self.model_config, self.tokenizer, seed=0).to(self.device)
-        return self._model
-
-    def _check_params(self, params: Mapping[str, Any], what: str) -> dict[str, np.ndarray]:
-        return check_params(self._get_model(), params, what)
-
-    def load(self, params: Mapping[str, np.ndarray]) -> AcousticModel:
-        """The (shared, per-process) model holding ``params``."""
-        return load_params(self._get_model(), params)
-
-    @staticmethod
-    def params_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
-        """A model's parameters as float32 numpy arrays (copies)."""
-        return params_of(model)
+    def _build_model(self) -> AcousticModel:
+        return build_model(self.model_config, self.tokenizer, seed=0).to(self.device)
 
     def _train(self, params: Mapping[str, np.ndarray], examples: Sequence[Example], optimizer: Mapping[str, Any],
                epochs: int, steps: int, batch_size: int, seed: int,
@@ -327,10 +300,6 @@ class FtlAlgorithm:
         else:
             params = self.params_of(build_model(self.model_config, self.tokenizer, seed=int(rng.integers(2 ** 31))))
         return {"params": params, "opt": self.optimizer.init(params)}
-
-    def broadcast(self, state: Mapping[str, Any], round: int) -> dict[str, np.ndarray]:
-        """The global parameters."""
-        return dict(state["params"])
 
     def accumulate(self, acc: SumAccumulator | SoftmaxAccumulator | None,
                    update: Update) -> SumAccumulator | SoftmaxAccumulator:
