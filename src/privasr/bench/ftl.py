@@ -38,6 +38,22 @@ __all__ = ["run"]
 RAY_WORKERS = 2
 
 
+def _setup(seed: int) -> tuple[Any, list[Any], Any]:
+    """(tokenizer, the 16 synthetic one-speaker clients, the FTL config) of both measurements."""
+    from privasr.asr.train import an4_examples
+    from privasr.asr.units import CharTokenizer
+    from privasr.experiments.ftl import synthetic_corpus
+    from privasr.federated.algorithms.ftl import FtlClient, FtlConfig
+
+    train_utts, _ = synthetic_corpus(speakers=16, utterances=12, test_speakers=2, seed=seed)
+    tok = CharTokenizer.train([u.words for u in train_utts])
+    examples = an4_examples(train_utts, tok)
+    clients = [FtlClient(s, tuple(e for e in examples if e.speaker == s)) for s in sorted({e.speaker for e in examples})]
+    cfg = FtlConfig(client_optimizer={"name": "sgd", "lr": 0.1}, server={"name": "adam", "lr": 0.001},
+                    weighting="softmax", local_epochs=2)
+    return tok, clients, cfg
+
+
 def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Measure and write ``out/results.json``; return the metrics."""
     import torch
@@ -46,24 +62,16 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         return _run_cuda(out, quick, seed, device)
 
     from privasr.asr.models import AcousticConfig
-    from privasr.asr.train import an4_examples
     from privasr.asr.units import CharTokenizer
     from privasr.bench.fedlm import round_throughput, server_memory
-    from privasr.experiments.ftl import synthetic_corpus
-    from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient, FtlConfig
+    from privasr.federated.algorithms.ftl import FtlAlgorithm
     from privasr.federated.loop import run_federated
     from privasr.federated.sampling import AllClients, UniformWithReplacement
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train_utts, _ = synthetic_corpus(speakers=16, utterances=12, test_speakers=2, seed=seed)
-        tok = CharTokenizer.train([u.words for u in train_utts])
-        examples = an4_examples(train_utts, tok)
-        clients = [FtlClient(s, tuple(e for e in examples if e.speaker == s))
-                   for s in sorted({e.speaker for e in examples})]
-        cfg = FtlConfig(client_optimizer={"name": "sgd", "lr": 0.1}, server={"name": "adam", "lr": 0.001},
-                        weighting="softmax", local_epochs=2)
+        tok, clients, cfg = _setup(seed)
         model = AcousticConfig.preset("tiny", arch="ctc", enc_hidden=128, input_dim=39)
         alg = FtlAlgorithm(cfg, model, tok)
         k = 4 if quick else 8
@@ -126,23 +134,15 @@ def _run_cuda(out: Path, quick: bool, seed: int, device: str) -> dict[str, Any]:
     import torch
 
     from privasr.asr.models import AcousticConfig
-    from privasr.asr.train import an4_examples
-    from privasr.asr.units import CharTokenizer
     from privasr.bench import device_name
     from privasr.bench.fedlm import round_throughput
     from privasr.errors import ConfigError
-    from privasr.experiments.ftl import synthetic_corpus
-    from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient, FtlConfig
+    from privasr.federated.algorithms.ftl import FtlAlgorithm
     from privasr.federated.sampling import UniformWithReplacement
 
     if not torch.cuda.is_available():
         raise ConfigError(f"device={device!r} but torch sees no CUDA device", expected="cpu, or a machine with CUDA")
-    train_utts, _ = synthetic_corpus(speakers=16, utterances=12, test_speakers=2, seed=seed)
-    tok = CharTokenizer.train([u.words for u in train_utts])
-    examples = an4_examples(train_utts, tok)
-    clients = [FtlClient(s, tuple(e for e in examples if e.speaker == s)) for s in sorted({e.speaker for e in examples})]
-    cfg = FtlConfig(client_optimizer={"name": "sgd", "lr": 0.1}, server={"name": "adam", "lr": 0.001},
-                    weighting="softmax", local_epochs=2)
+    tok, clients, cfg = _setup(seed)
     models = {"tiny128": AcousticConfig.preset("tiny", arch="ctc", enc_hidden=128, input_dim=39),
               "small": AcousticConfig.preset("small", arch="ctc", input_dim=39)}
     ks = [1, 2, 4] if quick else [1, 2, 4, 8, 16]

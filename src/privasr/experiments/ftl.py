@@ -340,7 +340,6 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
         alg = FtlAlgorithm(ftl_cfg, model_cfg, tok, init_state=seed_params,
                            replay=server_ex if ftl_cfg.replay_steps else None)
         clients = clients_for(key)
-        losses: list[float] = []
 
         def on_round(entry: Any, state: Any) -> None:
             entry.metrics["valid_loss"] = alg.loss(state["params"], valid)
