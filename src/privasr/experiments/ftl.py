@@ -251,7 +251,7 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
 
     from privasr.asr.models import build_model
     from privasr.asr.train import train
-    from privasr.federated.algorithms.ftl import FtlAlgorithm
+    from privasr.federated.algorithms._config import load_params, params_of
 
     key = _cache_key(cfg, name, epochs=epochs, lr=lr, batch=batch, init=init is not None,
                      n=len(examples))
@@ -262,13 +262,11 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
             return {k: z[k] for k in z.files}, 0.0
     model = build_model(cfg.model, tok, seed=cfg.seed)
     if init is not None:
-        with torch.no_grad():
-            for k, p in model.named_parameters():
-                p.copy_(torch.from_numpy(init[k]))
+        load_params(model, init)
     t0 = time.perf_counter()
     train(model, torch.optim.Adam(model.parameters(), lr=lr), examples, epochs=epochs, batch_size=batch,
           seed=cfg.seed)
-    params = FtlAlgorithm.params_of(model)
+    params = params_of(model)
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, **params)
     meta.write_text(key, encoding="utf-8")
