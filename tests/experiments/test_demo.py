@@ -31,6 +31,12 @@ def test_demo_end_to_end(tmp_path):
     if ftl is not None:  # federated acoustic training (needs torch)
         assert ftl["valid_loss"] < ftl["valid_loss_seed"] and 0 <= ftl["cer"] <= ftl["wer"]
         assert "## Federated acoustic-model training (paper 002)" in report
+    anon = m["anon"]  # anonymisation of the clients' transcripts (paper 003)
+    assert 0 <= anon["leak_rate"] <= 1 and anon["name_tokens_left"] <= anon["name_tokens_before"]
+    assert anon["ppl_original"] > 1 and anon["ppl_anonymized"] > 1
+    tagged = (out / "anon" / "transcripts_test.tag.jsonl").read_text().splitlines()
+    assert len(tagged) == len((out / "anon" / "transcripts_test.surrogate.jsonl").read_text().splitlines()) > 0
+    assert "## Anonymised transcripts (paper 003)" in report
     # Same seed, same numbers (timings aside).
     out2 = tmp_path / "demo2"
     assert main(["demo", "--out", str(out2), "--seed", "3", "--preset", "tiny"]) == 0

@@ -6,7 +6,8 @@ onto these four), an :class:`Anonymizer` rewrites it in one of three ways:
 
 * ``"surrogate"`` -- same-type, word-by-word replacement with random surrogates (Adelani et al. 2020): every
   word of an entity is replaced by a word drawn from its category's pool (:func:`surrogate_pools`, lower-cased
-  ASR-style words from Faker's English name, place, company and word lists). The replacement is **consistent
+  ASR-style words from Faker's English name, place, company and word lists, written in the original word's
+  case pattern by :func:`match_case`, so cased text stays cased). The replacement is **consistent
   within a client**: an :class:`Anonymizer` keeps one table per client, so the same original word of the same
   category always becomes the same surrogate there (another client gets its own draws), and it never maps a
   word to itself. Seeded by ``(seed, client)``, so the output does not depend on the order clients are seen in.
@@ -42,7 +43,7 @@ import numpy as np
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["LABELS", "ONTONOTES_TO_LABEL", "MODES", "EntitySpan", "Anonymizer", "map_label", "surrogate_pools",
-           "check_spans"]
+           "check_spans", "match_case"]
 
 LABELS = ("PER", "ORG", "LOC", "MISC")
 """The entity categories of paper 003."""
@@ -151,6 +152,19 @@ def surrogate_pools() -> dict[str, tuple[str, ...]]:
     }
 
 
+def match_case(original: str, surrogate: str) -> str:
+    """``surrogate`` written in the case pattern of ``original``: upper, title or (otherwise) lower case.
+
+    >>> match_case("JOHN", "mary"), match_case("John", "mary"), match_case("john", "mary"), match_case("McD", "ann")
+    ('MARY', 'Mary', 'mary', 'Ann')
+    """
+    if len(original) > 1 and original.isupper():
+        return surrogate.upper()
+    if original[:1].isupper():
+        return surrogate[:1].upper() + surrogate[1:]
+    return surrogate
+
+
 def _client_seed(seed: int, client: str) -> list[int]:
     digest = hashlib.sha256(client.encode("utf-8")).digest()
     return [int(seed), int.from_bytes(digest[:8], "little")]
@@ -213,7 +227,7 @@ class Anonymizer:
         for s in ordered:
             out.extend(ws[pos:s.start])
             if self.mode == "surrogate":
-                out.extend(self.surrogate(w, s.label, client) for w in ws[s.start:s.end])
+                out.extend(match_case(w, self.surrogate(w, s.label, client)) for w in ws[s.start:s.end])
             elif self.mode == "tag":
                 out.append(f"<{s.label}>")
             pos = s.end

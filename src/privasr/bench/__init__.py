@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "backends": "privasr.bench.backends:run",
     "fedlm": "privasr.bench.fedlm:run",
     "ftl": "privasr.bench.ftl:run",
+    "ner": "privasr.bench.ner:run",
 }
 
 

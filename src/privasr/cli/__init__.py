@@ -44,6 +44,8 @@ def _root(
 
 def _register() -> None:
     from privasr.cli import (
+        anon,
+        anonymize,
         bench,
         confidence,
         data,
@@ -67,9 +69,11 @@ def _register() -> None:
     app.add_typer(fedlm.app, name="fedlm")
     app.add_typer(ftl.app, name="ftl")
     app.add_typer(confidence.app, name="confidence")
+    app.add_typer(anon.app, name="anon")
     app.command("demo")(demo.demo)
     app.command("bench")(bench.bench)
     app.command("decode")(decode.decode)
+    app.command("anonymize")(anonymize.anonymize)
 
 
 _register()

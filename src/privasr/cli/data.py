@@ -67,6 +67,24 @@ def inspect(
     out_console.print(table)
 
 
+def output_targets(datasets: list[Any], src: Path, dst: Path, to: str, force: bool) -> list[tuple[Any, Path]]:
+    """Where each dataset read from ``src`` is written: ``dst`` itself for one set (unless it is a folder), else
+    ``dst/<set name>.<to>``; refuses to write over the input, and over existing files without ``force``."""
+    targets: list[tuple[Any, Path]] = []
+    if len(datasets) == 1 and not (dst.exists() and dst.is_dir()):
+        targets.append((datasets[0], dst))
+    else:
+        suffix = ".jsonl" if to == "jsonl" else f".{to}"
+        targets.extend((d, dst / (d.name.replace("/", "_") + suffix)) for d in datasets)
+    src_res = src.resolve()
+    for _, target in targets:
+        if target.resolve() == src_res:
+            raise InputError("refusing to write over the input", path=target)
+        if target.exists() and not force:
+            raise InputError("output exists (use --force to overwrite)", path=target)
+    return targets
+
+
 @app.command()
 def convert(
     src: Path = typer.Argument(..., help="Input corpus file or folder."),
@@ -82,21 +100,7 @@ def convert(
     from privasr.corpus.load import load_path, write_dataset
 
     datasets = load_path(src, fmt)
-    src_res = src.resolve()
-    targets: list[tuple[Any, Path]] = []
-    if len(datasets) == 1 and not (dst.exists() and dst.is_dir()):
-        targets.append((datasets[0], dst))
-    else:
-        for d in datasets:
-            suffix = ".jsonl" if to == "jsonl" else f".{to}"
-            targets.append((d, dst / (d.name.replace("/", "_") + suffix)))
-    for _, target in targets:
-        t = target.resolve()
-        if t == src_res:
-            raise InputError("refusing to write over the input", path=target)
-        if target.exists() and not force:
-            raise InputError("output exists (use --force to overwrite)", path=target)
-    for d, target in targets:
+    for d, target in output_targets(datasets, src, dst, to, force):
         n = write_dataset(d, target, to)
         out_console.print(f"wrote {n:,} {d.kind} records of {d.name} to {target}")
 

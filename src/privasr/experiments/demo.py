@@ -21,6 +21,8 @@ Each capability adds its method here, as a row of the WER table in ``report.md``
 * federated transfer learning of a tiny CTC acoustic model (``privasr ftl run``, paper 002) on a synthetic
   AN4-like corpus: seed model on the server's speakers, hierarchical optimisation with softmax weighting vs
   FedAvg on the client speakers (skipped without torch);
+* anonymisation of the clients' transcripts (``privasr anonymize``, paper 003): NER quality against the gold
+  personal entities, leak rate, surrogate and class-tag corpora, a trigram on original vs anonymised text;
 * per-client WER, and the federated views of the test clients: time-ordered rounds (T = 2) and Zipf
   device simulation.
 
@@ -148,6 +150,63 @@ def _fedlm(out: Path, seed: int) -> dict[str, Any] | None:
     return run_fedlm(cfg, out / "fedlm")
 
 
+def _anon(out: Path, seed: int) -> dict[str, Any]:
+    """Anonymisation (paper 003) of the synthetic clients' reference transcripts into ``out/anon``.
+
+    The detector is stock spaCy + patterns (:func:`privasr.anon.ner.load_detector`; patterns alone without
+    the ``ner`` extra), run on the lower-case, punctuation-free references with clients as documents. It is
+    scored against the corpus's gold personal-entity spans (exact-span P/R, token recall, leak rate of
+    surrogate anonymisation), the dev and test transcripts are written anonymised (surrogates and class
+    tags), and a trigram on background + dev transcripts, original vs anonymised, is scored on the test
+    references (``<unk>`` included, so the vocabularies' different coverage counts).
+    """
+    from privasr.anon.apply import anonymize_records
+    from privasr.anon.ner import load_detector
+    from privasr.anon.ner_eval import leak_counts, span_prf, token_recall
+    from privasr.anon.transform import Anonymizer, EntitySpan, map_label
+    from privasr.corpus.formats.nbest_jsonl import read_transcripts, write_transcripts
+    from privasr.errors import ConfigError
+    from privasr.lm.ngram.mkn import train_mkn
+
+    corpus = out / "corpus"
+    try:
+        detector, kind = load_detector("stock"), "stock spaCy + patterns"
+    except (ImportError, ConfigError):
+        detector, kind = load_detector("patterns"), "patterns only (no ner extra)"
+    sets = {k: read_transcripts(corpus / "text" / f"transcripts_{k}.jsonl") for k in ("dev", "test")}
+    test = sets["test"]
+    words = [t.words for t in test]
+    clients = [t.client or "" for t in test]
+    gold = [[EntitySpan(s.start, s.end, lab) for s in t.entities if (lab := map_label(s.label))] for t in test]
+    pred = detector.detect(words, groups=clients)
+    prf = span_prf(gold, pred, ("PER", "ORG", "LOC"))
+    leak = leak_counts(words, gold, pred, clients=clients, seed=seed)
+    anon_dir = out / "anon"
+    anonymized: dict[str, list[Any]] = {}
+    for mode in ("surrogate", "tag"):
+        anonymizer = Anonymizer(mode, seed=seed)
+        for k, recs in sets.items():
+            res, _ = anonymize_records(recs, anonymizer, detector)
+            write_transcripts(anon_dir / f"transcripts_{k}.{mode}.jsonl", res)
+            if mode == "surrogate":
+                anonymized[k] = res
+    names = {w for t in test for s in t.entities for w in t.words[s.start:s.end]}
+    left = sum(w in names for t in anonymized["test"] for w in t.words)
+    background = [line.split() for line in (corpus / "text" / "background.txt").read_text().splitlines()]
+
+    def ppl(train_text: list[Any]) -> float:
+        lm = train_mkn(background + train_text, 3, discount_fallback=(0.5, 1.0, 1.5))
+        scores = lm.score_batch(words)
+        return float(10 ** (-sum(sc.total() for sc in scores) / sum(len(w) + 1 for w in words)))
+
+    return {"detector": kind, "per_recall": prf["PER"]["recall"], "per_precision": prf["PER"]["precision"],
+            "micro_f1": prf["micro"]["f1"], "token_recall": token_recall(gold, pred, ("PER", "ORG", "LOC")),
+            "leak_rate": leak["all"]["leak_rate"], "mentions": leak["all"]["mentions"],
+            "name_tokens_left": left, "name_tokens_before": sum(w in names for w in (x for t in test for x in t.words)),
+            "ppl_original": ppl([t.words for t in sets["dev"]]),
+            "ppl_anonymized": ppl([t.words for t in anonymized["dev"]])}
+
+
 def _ftl(out: Path, seed: int) -> dict[str, Any] | None:
     """Federated transfer learning of a tiny CTC acoustic model (paper 002) through
     :func:`privasr.experiments.ftl.run_ftl` into ``out/ftl``, on a synthetic AN4-like corpus (12 training
@@ -252,6 +311,10 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
     ftl = _ftl(out, seed)
     timings["ftl_s"] = time.perf_counter() - t0
 
+    t0 = time.perf_counter()
+    anon = _anon(out, seed)
+    timings["anon_s"] = time.perf_counter() - t0
+
     pop = by_key(test, "client")
     per_client = []
     for c in pop:
@@ -284,6 +347,7 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
         "ftl": None if ftl is None else {k: ftl[k] for k in (
             "wer", "cer", "wer_baseline", "cer_baseline", "wer_seed", "cer_seed", "rounds_to_target",
             "rounds_to_target_baseline", "target_loss", "valid_loss", "valid_loss_baseline", "valid_loss_seed")},
+        "anon": anon,
         "oracle_mapsswe_z": sig.z,
         "oracle_mapsswe_p": sig.p,
         "oracle_bootstrap_ci": [boot.ci_low, boot.ci_high],
@@ -336,6 +400,18 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
             f"weighting) vs {ftl['valid_loss_baseline']:.3f} (FedAvg); test CER {_pct(ftl['cer_seed'])}% -> "
             f"{_pct(ftl['cer'])}% vs {_pct(ftl['cer_baseline'])}%, WER {_pct(ftl['wer_seed'])}% -> "
             f"{_pct(ftl['wer'])}% vs {_pct(ftl['wer_baseline'])}%."]),
+        "",
+        "## Anonymised transcripts (paper 003)",
+        "",
+        f"`{out / 'anon'}`: the dev and test clients' references with their named entities found by the NER "
+        f"({anon['detector']}, clients as documents) and replaced by same-type surrogates (consistent within a "
+        f"client) or class tags. Against the gold personal entities of the test clients ({anon['mentions']} "
+        f"PER/ORG/LOC mentions): PER recall {anon['per_recall']:.3f}, precision {anon['per_precision']:.3f}; "
+        f"leak rate {anon['leak_rate']:.3f}; {anon['name_tokens_left']} of the {anon['name_tokens_before']} "
+        "occurrences of gold entity words are left in the anonymised text (some, such as company suffixes, are "
+        "also ordinary words). Trigram on background + dev transcripts, perplexity of the test "
+        f"references: {anon['ppl_original']:.1f} trained on the original text, {anon['ppl_anonymized']:.1f} on the "
+        "anonymised text.",
         "",
         "## Federated views of the test clients",
         "",

@@ -1,0 +1,110 @@
+"""``privasr anon``: language models from anonymised transcripts and the NER behind them (paper 003).
+
+``privasr anon run --config configs/anon-ami.yaml --out DIR`` trains and evaluates LMs on anonymised text
+(:mod:`privasr.experiments.anon`); ``privasr anon eval-ner [--data DIR] --out DIR [--model SPEC] [--seed N]``
+evaluates NER on held-out Wikigold and Earnings-21 text, cased and ASR-style, and the anonymisation's leaks
+(:mod:`privasr.anon.ner_eval`); ``privasr anon train-ner [--data DIR] --out MODEL_DIR`` fine-tunes the NER
+(:func:`privasr.anon.ner.train_ner`) on the same training split.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from privasr.errors import ConfigError
+
+__all__ = ["app", "eval_ner", "train_ner_cmd"]
+
+app = typer.Typer(help="Named-entity detection for anonymisation (paper 003): evaluate and fine-tune.",
+                  no_args_is_help=True)
+
+
+def _data(data: Path | None) -> Path:
+    from privasr.paths import data_dir
+
+    d = data if data is not None else data_dir()
+    if d is None:
+        raise ConfigError("no data folder", expected="--data DIR, ../shared/data or $PRIVASR_DATA")
+    if not d.is_dir():
+        raise ConfigError("the data folder does not exist", path=d)
+    return d
+
+
+def _train_config(seed: int, epochs: int | None, name_augment: float | None) -> object:
+    from privasr.anon.ner import NerTrainConfig
+
+    kw: dict[str, object] = {"seed": seed}
+    if epochs is not None:
+        kw["epochs"] = epochs
+    if name_augment is not None:
+        kw["name_augment"] = name_augment
+    return NerTrainConfig(**kw)  # type: ignore[arg-type]
+
+
+@app.command("eval-ner")
+def eval_ner(
+    data: Path = typer.Option(None, "--data", help="Data folder with ner-wikigold/ and earnings21/ "
+                                                   "(default: ../shared/data or $PRIVASR_DATA)."),
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md."),
+    model: str = typer.Option("finetuned", "--model", help="Primary detector: finetuned (cached fine-tuned model "
+                                                           "+ patterns + recall passes), stock, patterns, or a trained model folder."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the splits, training and surrogates."),
+    epochs: int = typer.Option(None, "--epochs", help="Most training epochs (default: NerTrainConfig's)."),
+    name_augment: float = typer.Option(None, "--name-augment", help="Faker-name augmentation fraction."),
+    cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
+    compare: bool = typer.Option(True, "--compare/--no-compare",
+                                 help="Also evaluate stock, stock+patterns, patterns and finetuned alone."),
+) -> None:
+    """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
+    from privasr.anon.ner_eval import run_eval_ner
+
+    console = Console(stderr=True)
+    cfg = _train_config(seed, epochs, name_augment)
+    systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
+    m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg, cache_root=cache,  # type: ignore[arg-type]
+                     systems=systems, log=lambda s: console.print(s, highlight=False))
+    Console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
+                    f"Earnings-21 names leaked {m['earnings21_names_leaked']}")
+    Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+
+
+@app.command("train-ner")
+def train_ner_cmd(
+    data: Path = typer.Option(None, "--data", help="Data folder (default: ../shared/data or $PRIVASR_DATA)."),
+    out: Path = typer.Option(..., "--out", help="Model folder to write (spaCy pipeline + privasr-ner.json)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the splits and training."),
+    epochs: int = typer.Option(None, "--epochs", help="Most training epochs."),
+    name_augment: float = typer.Option(None, "--name-augment", help="Faker-name augmentation fraction."),
+    cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
+) -> None:
+    """Fine-tune the NER on the Wikigold and Earnings-21 training split (cased and ASR-style) into --out."""
+    from privasr.anon.ner_eval import cached_model, load_ner_data
+
+    d = _data(data)
+    console = Console(stderr=True)
+    folder, info, _ = cached_model(load_ner_data(d, seed), d, _train_config(seed, epochs, name_augment),  # type: ignore[arg-type]
+                                   cache, seed, log=lambda s: console.print(s, highlight=False))
+    if out.resolve() != folder.resolve():
+        if out.exists():
+            if not (out / "privasr-ner.json").is_file():
+                raise ConfigError("--out exists and is not a trained NER model folder", path=out,
+                                  expected="a new folder")
+            shutil.rmtree(out)
+        shutil.copytree(folder, out)
+    Console().print(f"best epoch {info['best_epoch']}, dev micro F1 {info['dev_micro_f1']:.4f}, "
+                    f"{info['train_seconds']:.0f} s -> {out}")
+    Console().print_json(json.dumps({k: info[k] for k in ("best_epoch", "epochs_run", "dev_micro_f1")}))
+
+
+def _register_run() -> None:
+    from privasr.cli import anon_run
+
+    app.command("run")(anon_run.run)
+
+
+_register_run()

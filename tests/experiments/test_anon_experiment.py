@@ -1,0 +1,267 @@
+"""``privasr anon run`` (paper 003): tiny fabricated AMI-like data, a fake entity detector, tiny models; and the
+real config on the shared data (slow, skipped without it)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from privasr.anon.transform import EntitySpan  # noqa: E402
+from privasr.corpus.formats.nbest_jsonl import write_nbest  # noqa: E402
+from privasr.corpus.records import Hypothesis, NBest  # noqa: E402
+from privasr.errors import ConfigError, InputError  # noqa: E402
+from privasr.experiments.anon import (  # noqa: E402
+    build_turn_texts,
+    draw_adaptation_sets,
+    load_anon_config,
+    run_anon,
+    split_meetings,
+)
+from privasr.rescore.run import apply_overrides, read_config  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+# invented names: not in the surrogate pools, so a surrogate can never be one of them
+ENTITIES = {"Zorblax": "PER", "Quentavia": "PER", "Blorpton": "LOC", "Xyloria": "LOC", "Fnordcorp": "ORG",
+            "Wibbleco": "ORG", "Glimmerfest": "MISC"}
+TEMPLATES = [
+    "{p} said we should {v} the {n} in {l} .",
+    "Okay , so the {n} is {a} .",
+    "I think {p} from {o} likes the {a} {n} .",
+    "We 're going to {v} the {n} before {m} .",
+    "{p} and {p2} will {v} it in {l} .",
+    "The {n} from {o} is really {a} , is n't it ?",
+    "Um , yeah , the {a} {n} .",
+]
+WORDS = {"v": ["design", "test", "build", "sell", "change"], "n": ["remote", "button", "battery", "case", "screen"],
+         "a": ["good", "cheap", "small", "yellow", "round"]}
+
+
+class FakeDetector:
+    """Tags the invented names (cased) with their categories."""
+
+    name = "fake-list"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def detect(self, sentences):
+        self.calls += 1
+        return [[EntitySpan(i, i + 1, ENTITIES[w]) for i, w in enumerate(s) if w in ENTITIES] for s in sentences]
+
+
+def _sentence(rng: np.random.Generator) -> list[str]:
+    pick = lambda xs: xs[int(rng.integers(len(xs)))]  # noqa: E731
+    pers = [k for k, v in ENTITIES.items() if v == "PER"]
+    t = pick(TEMPLATES).format(p=pick(pers), p2=pick(pers), l=pick(["Blorpton", "Xyloria"]),
+                               o=pick(["Fnordcorp", "Wibbleco"]), m="Glimmerfest",
+                               v=pick(WORDS["v"]), n=pick(WORDS["n"]), a=pick(WORDS["a"]))
+    return t.split()
+
+
+def _meeting(mid: str, rng: np.random.Generator, turns: int) -> dict:
+    return {"id": mid, "meeting": [{"speaker": "AB"[k % 2], "role": "PM", "utt": {"word": _sentence(rng)}}
+                                   for k in range(turns)]}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ami")
+    rng = np.random.default_rng(0)
+    for split, n, turns in (("train", 10, 30), ("dev", 2, 20)):
+        folder = d / "AMI_proprec" / split
+        folder.mkdir(parents=True)
+        with gzip.open(folder / "split_0.jsonl.gz", "wt", encoding="utf-8") as f:
+            for k in range(n):
+                f.write(json.dumps(_meeting(f"{split.upper()}{k:02d}", rng, turns)) + "\n")
+    from privasr.text.normalize import Normalizer
+
+    norm = Normalizer.preset("ami")
+    for split, meetings in (("dev", ["DV1"]), ("test", ["TS1", "TS2"])):
+        recs = []
+        for m in meetings:
+            for k in range(15):
+                ref = norm(_sentence(rng))
+                hyps = [ref]
+                for j in range(4):
+                    h = list(ref)
+                    h[int(rng.integers(len(h)))] = ["the", "a", "remote", "blue"][j]
+                    hyps.append(tuple(h))
+                uniq = list(dict.fromkeys(hyps))
+                rng.shuffle(uniq)
+                recs.append(NBest(f"{m}_A_{k}", tuple(Hypothesis(tuple(h), {"am": float(rng.normal(-50, 1)),
+                                                                              "lm": -20.0}) for h in uniq),
+                                  client=m, speaker=f"{m}_A", order=k, ref=tuple(ref)))
+        write_nbest(d / f"{split}.jsonl", recs)
+    return d
+
+
+def _raw(data: Path, tmp: Path, **over) -> dict:
+    raw = {"name": "anon-test", "seed": 0,
+           "data": {"transcripts": str(data / "AMI_proprec"), "dev": str(data / "dev.jsonl"),
+                    "test": str(data / "test.jsonl")},
+           "ner": {"model": "stock"}, "pool": {"fraction": 0.3}, "adaptation": {"sizes": [0.12, 0.2]},
+           "order": 3, "fma": {"betas": [0.5, 1.0], "mu": 100},
+           "lstm": {"preset": "tiny-lstm-class", "seed": 0,
+                    "options": {"max_epochs": 1, "batch_size": 16, "lr": 0.01, "patience": 0, "amp": False},
+                    "finetune": {"freeze": "output", "options": {"max_epochs": 1, "batch_size": 16, "lr": 0.01,
+                                                                 "patience": 0, "amp": False}}},
+           "mix": {"size": 0.12, "weights": None}, "primary": "wc_m4",
+           "search": {"ranges": {"lm": [0, 4, 1], "word_penalty": [-2, 2, 1]}, "max_rounds": 3, "restarts": 1,
+                      "coarse_points": 3},
+           "eval": {"bootstrap_resamples": 20}, "cache_dir": str(tmp / "cache")}
+    return apply_overrides(raw, over)
+
+
+@pytest.fixture(scope="module")
+def first_run(data, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run1")
+    det = FakeDetector()
+    m = run_anon(load_anon_config(_raw(data, tmp)), tmp / "out", detector=det)
+    return tmp, m, det
+
+
+def test_results_have_the_contract_keys_and_tables(first_run):
+    tmp, m, _ = first_run
+    res = json.loads((tmp / "out" / "results.json").read_text())
+    for k in ("wer", "wer_baseline", "wer_original", "wer_rel_change", "mapsswe_p", "ppl", "ppl_baseline",
+              "recovered_fraction"):
+        assert k in res["metrics"], k
+    for k in ("wer", "wer_baseline", "wer_original"):
+        assert 0.0 <= m[k] <= 1.0
+    assert m["ppl"] > 1 and m["ppl_baseline"] > 1
+    t = res["tables"]
+    assert [r["model"] for r in t["table2"]] == ["M1", "M2", "M3", "M4"]
+    assert set(t["table3"][0]) == {"model", "12", "20"}
+    assert [r["system"] for r in t["table4"]] == ["M1 + M2", "M1 + M2 + M3", "M1 + M2 + M4"]
+    eq2 = t["table4"][2]["eq2"]
+    assert abs(eq2["lw"] + eq2["lc"] - 1) < 1e-9 and 0 <= eq2["ln"] <= 1
+    assert res["data_info"]["adaptation_tokens"]["20"] >= res["data_info"]["adaptation_tokens"]["12"]
+    assert "Table 2" in (tmp / "out" / "report.md").read_text()
+
+
+def test_anonymised_training_text_holds_no_detected_entity_word(data):
+    from privasr.anon.transform import Anonymizer
+    from privasr.corpus.formats.ami_hmnet import read_ami_hmnet
+    from privasr.text.normalize import Normalizer
+
+    turns = list(read_ami_hmnet(data / "AMI_proprec" / "train"))
+    texts = build_turn_texts(turns, FakeDetector().detect([t.words for t in turns]), Anonymizer(seed=3),
+                             Normalizer.preset("ami"))
+    names = {w.lower() for w in ENTITIES}
+    assert any(names & set(t.original) for t in texts)
+    assert not any(names & set(t.surrogate) for t in texts)
+    assert all(len(t.surrogate) == len(t.tagged) == len(t.labels) for t in texts)
+    tags = {w for t in texts for w in t.tagged if re.fullmatch(r"<[A-Z]+>", w)}
+    assert tags == {"<PER>", "<LOC>", "<ORG>", "<MISC>"}
+
+
+def test_the_run_is_reproducible_with_its_seed(data, first_run, tmp_path):
+    _, m1, _ = first_run
+    m2 = run_anon(load_anon_config(_raw(data, tmp_path)), tmp_path / "out", detector=FakeDetector())
+    for k in ("wer", "wer_baseline", "wer_original", "ppl", "ppl_baseline", "mapsswe_p"):
+        assert m1[k] == m2[k], k
+
+
+def test_cached_models_and_spans_are_reused(data, first_run):
+    tmp, m, _ = first_run
+    det = FakeDetector()
+    again = run_anon(load_anon_config(_raw(data, tmp)), tmp / "out2", detector=det)
+    assert det.calls == 0  # spans from the cache
+    res = json.loads((tmp / "out2" / "results.json").read_text())
+    assert all(v["cached"] for v in res["models"].values())
+    assert again["wer"] == m["wer"]
+
+
+def test_the_command_runs_a_config_file_with_overrides(data, first_run, monkeypatch):
+    import typer
+    import yaml
+    from typer.testing import CliRunner
+
+    import privasr.experiments.anon as anon_mod
+    from privasr.cli.anon_run import run
+
+    tmp, m, _ = first_run
+    monkeypatch.setattr(anon_mod, "_load_detector", lambda spec: (FakeDetector(), FakeDetector.name))
+    cfg = tmp / "anon.yaml"
+    cfg.write_text(yaml.safe_dump(_raw(data, tmp)), encoding="utf-8")
+    app = typer.Typer()
+    app.command("run")(run)
+    app.command("other")(lambda: None)
+    res = CliRunner().invoke(app, ["run", "--config", str(cfg), "--out", str(tmp / "cli"),
+                                   "--set", "eval.bootstrap_resamples=10"])
+    assert res.exit_code == 0, res.output
+    out = json.loads((tmp / "cli" / "results.json").read_text())
+    assert out["metrics"]["wer"] == m["wer"] and out["config"]["eval"]["bootstrap_resamples"] == 10
+
+
+@pytest.mark.parametrize(("over", "key"), [
+    ({"pool.fraction": 1.0}, "pool.fraction"),
+    ({"adaptation.sizes": [0.1, 1.5]}, "adaptation.sizes"),
+    ({"fma.betas": [-1]}, "fma.betas"),
+    ({"fma.mu": 0}, "fma.mu"),
+    ({"lstm.preset": "tiny-transformer"}, "lstm.preset"),
+    ({"lstm.options.max_epochs": 0}, "lstm.options"),
+    ({"lstm.finetune.freeze": "all"}, "lstm.finetune.freeze"),
+    ({"mix.size": 0.5}, "mix.size"),
+    ({"mix.weights": {"word": 0.5, "class": 0.2, "neural": 0.1}}, "mix.weights"),
+    ({"primary": "m9"}, "primary"),
+    ({"search.ranges": {"m1": [0, 1, 1]}}, "search.ranges.m1"),
+    ({"order": 9}, "order"),
+    ({"approx.method": "exact"}, "approx.method"),
+    ({"bogus": 1}, "bogus"),
+])
+def test_bad_config_values_name_the_key(data, tmp_path, over, key):
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        load_anon_config(_raw(data, tmp_path, **over))
+
+
+def test_missing_inputs_and_small_pools_are_clear_errors(data, tmp_path):
+    with pytest.raises(ConfigError, match="data.test"):
+        load_anon_config(_raw(data, tmp_path, **{"data.test": str(tmp_path / "nope.jsonl")}))
+    with pytest.raises(InputError, match="clean pool"):
+        draw_adaptation_sets({"m": [("a",)]}, 100, [0.2], seed=0)
+    train, pool = split_meetings([f"m{i}" for i in range(10)], 0.2, seed=1)
+    assert len(pool) == 2 and not set(train) & set(pool)
+
+
+def test_the_shipped_config_validates():
+    raw = read_config(CONFIGS / "anon-ami.yaml")
+    cfg = load_anon_config(raw, check_files=False)
+    assert cfg.sizes == (0.12, 0.15, 0.2) and cfg.primary == "wc_m4"
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.timeout(3600)
+def test_the_ami_config_on_the_shared_data(tmp_path):
+    """configs/anon-ami.yaml with shorter LSTM training (entity spans reused from a real run's cache if any)."""
+    import shutil
+
+    from privasr.paths import data_dir
+
+    d = data_dir()
+    if d is None or not (d / "ami-transcripts" / "AMI_proprec" / "train").is_dir() or not (
+            d / "ami-tts-nbest" / "test.jsonl.xz").is_file():
+        pytest.skip("the shared AMI data is not available")
+    raw = read_config(CONFIGS / "anon-ami.yaml")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    real = Path(raw.get("cache_dir", "runs/cache/anon-ami"))
+    if real.is_dir():
+        for f in real.glob("ner-*.json.gz"):
+            shutil.copy(f, cache / f.name)
+    raw = apply_overrides(raw, {"lstm.options.max_epochs": 1, "lstm.options.max_steps": 200,
+                                "lstm.finetune.options.max_epochs": 1, "lstm.finetune.options.max_steps": 20,
+                                "fma.betas": [0.5, 1.0], "cache_dir": str(cache), "eval.bootstrap_resamples": 50})
+    m = run_anon(load_anon_config(raw), tmp_path / "out")
+    assert 0.0 < m["wer"] < 1.0 and m["ppl"] > 1
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["data_info"]["entity_word_tokens"] > 0
