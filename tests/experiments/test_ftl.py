@@ -56,6 +56,15 @@ def test_the_shipped_config_validates_and_keeps_its_contract():
     assert cfg.baseline.weighting == "count" and cfg.data["kind"] == "an4"
 
 
+def test_the_baseline_is_plain_fedavg_whatever_the_system_adds():
+    cfg = _cfg(ftl={"server": {"name": "adam", "lr": 0.005}, "temperature": 3.0, "replay_steps": 2})
+    assert cfg.ftl.temperature == 3.0 and cfg.ftl.replay_steps == 2
+    assert cfg.baseline.temperature == 1.0 and cfg.baseline.replay_steps == 0 and cfg.baseline.weighting == "count"
+    assert cfg.baseline.client_optimizer == cfg.ftl.client_optimizer
+    cfg = _cfg(baseline={"server": "fedavg", "replay_steps": 1})
+    assert cfg.baseline.replay_steps == 1  # explicit overrides still win
+
+
 def test_speaker_split_and_synthetic_corpus_are_deterministic():
     a, b = synthetic_corpus(speakers=4, utterances=3, test_speakers=2, seed=5)
     c, _ = synthetic_corpus(speakers=4, utterances=3, test_speakers=2, seed=5)

@@ -17,7 +17,8 @@
    FtlAlgorithm`; ``clients.key``: ``speaker``, one client per speaker, or ``groups`` with ``clients.groups``
    clients of whole speakers): the system under test (``ftl``: by default hierarchical, client SGD + server
    Adam, softmax weighting) and the **baseline** (``baseline``: overrides of ``ftl``, by default FedAvg with a
-   single optimiser: server SGD with learning rate 1, count weighting), plus the rows of ``tables.variants``.
+   single optimiser: server SGD with learning rate 1, count weighting, no server replay; the client training
+   is the system's), plus the rows of ``tables.variants``.
    ``rounds`` rounds of ``federated.sampler`` (default: 7 clients sampled with replacement) on
    ``federated.backend``; checkpointed per run in ``OUT/checkpoint/<name>`` and resumed.
 5. **Evaluation**: the validation loss after every round; WER and CER of ``eval.method`` decoding on the test
@@ -34,6 +35,7 @@ Only float32 parameter deltas with their unit counts and training losses cross t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -50,7 +52,7 @@ __all__ = ["FtlRunConfig", "load_ftl_config", "run_ftl", "synthetic_corpus", "sp
 
 _TOP = ("name", "seed", "data", "units", "model", "seed_model", "clients", "rounds", "federated", "ftl",
         "baseline", "target_loss", "tables", "centralised", "eval")
-_BASELINE = {"server": "fedavg", "weighting": "count"}
+_BASELINE = {"server": "fedavg", "weighting": "count", "temperature": 1.0, "replay_steps": 0}
 _DEFAULT_FTL = {"server": {"name": "adam", "lr": 0.001}, "weighting": "softmax", "temperature": 1.0,
                 "client_optimizer": {"name": "sgd", "lr": 0.1}}
 
@@ -84,6 +86,15 @@ class FtlRunConfig:
     raw: dict[str, Any]
 
 
+def _ftl_config(raw: Mapping[str, Any]) -> Any:
+    """An FtlConfig whose temperature is 1.0 unless it weights by softmax (where alone it acts), so runs that
+    differ only in an unused temperature share their checkpoints and cache keys."""
+    from privasr.federated.algorithms.ftl import FtlConfig
+
+    cfg = FtlConfig.from_dict(raw)
+    return cfg if cfg.weighting == "softmax" else dataclasses.replace(cfg, temperature=1.0)
+
+
 def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
     """Validate an FTL experiment config (see the module docstring); errors name the key.
 
@@ -93,7 +104,6 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
     privasr.errors.ConfigError: config key 'data.kind' is 'an5' (expected one of an4, synthetic)
     """
     from privasr.asr.models import AcousticConfig
-    from privasr.federated.algorithms.ftl import FtlConfig
     from privasr.rescore.run import _int, _mapping, _num, _str, federation_settings
 
     raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
@@ -132,8 +142,8 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
     fed.setdefault("sampler", {"kind": "with_replacement", "n": 7})
     backend, backend_options, sampler, min_clients = federation_settings({"federated": fed})
     ftl_raw = {**_DEFAULT_FTL, **_mapping(raw.get("ftl", {}), "ftl")}
-    ftl = FtlConfig.from_dict(ftl_raw)
-    base = FtlConfig.from_dict({**ftl_raw, **_BASELINE, **_mapping(raw.get("baseline", {}), "baseline")})
+    ftl = _ftl_config(ftl_raw)
+    base = _ftl_config({**ftl_raw, **_BASELINE, **_mapping(raw.get("baseline", {}), "baseline")})
     tl = raw.get("target_loss", "auto")
     target = None if tl == "auto" else _num(tl, "target_loss")
     tables = _mapping(raw.get("tables", {}), "tables", ("variants",))
@@ -142,8 +152,8 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
         v = _mapping(v, f"tables.variants[{i}]", ("name", "ftl", "clients"))
         vname = _str(v.get("name"), f"tables.variants[{i}].name")
         vkey = _str(v.get("clients", key), f"tables.variants[{i}].clients", ("speaker", "groups"))
-        variants.append((vname, FtlConfig.from_dict({**ftl_raw, **_mapping(v.get("ftl", {}),
-                                                                             f"tables.variants[{i}].ftl")}), vkey))
+        variants.append((vname, _ftl_config({**ftl_raw, **_mapping(v.get("ftl", {}), f"tables.variants[{i}].ftl")}),
+                         vkey))
     cen = raw.get("centralised")
     central = None
     if cen is not None:
