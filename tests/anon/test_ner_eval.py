@@ -187,3 +187,18 @@ def test_fine_tuned_model_is_cached_by_config(tmp_path: Path) -> None:
     (folder / "truecase.json").unlink()  # a folder cached before truecasing gets one without retraining
     _, _, trained3 = cached_model(data, root, cfg, tmp_path / "cache", 0)
     assert not trained3 and (folder / "truecase.json").is_file()
+
+
+def test_evaluate_detector_scores_the_part_asked_for() -> None:
+    from privasr.anon.ner import PatternDetector
+    from privasr.anon.ner_eval import NerData, evaluate_detector
+    from privasr.errors import ConfigError
+
+    gold = [EntitySpan(0, 1, "PER")]
+    data = NerData({"x": {"test": [(("John", "went"), gold)], "dev": [(("Mary", "went"), gold)]}},
+                   {"x": {"test": ["a"], "dev": ["b"]}}, {}, {})
+    det = PatternDetector(names={"john"}, common=set())
+    assert evaluate_detector(det, data)["asr"]["all"]["prf"]["PER"]["recall"] == 1.0
+    assert evaluate_detector(det, data, part="dev")["asr"]["all"]["prf"]["PER"]["recall"] == 0.0
+    with pytest.raises(ConfigError, match="part="):
+        evaluate_detector(det, data, part="train")

@@ -360,16 +360,20 @@ def names_leaked(words: Sequence[Sequence[str]], gold: Sequence[Sequence[EntityS
 # ----------------------------------------------------------------------------------------------- evaluation
 
 
-def evaluate_detector(detector: EntityDetector, data: NerData, *, seed: int = 0) -> dict[str, Any]:
-    """P/R/F1 (exact span) per label, token recall and leak counts of ``detector`` on the test parts of
-    every data set, cased and ASR-style, and pooled over the data sets (``all``); seconds taken."""
+def evaluate_detector(detector: EntityDetector, data: NerData, *, seed: int = 0, part: str = "test"
+                      ) -> dict[str, Any]:
+    """P/R/F1 (exact span) per label, token recall and leak counts of ``detector`` on the ``part`` (``test``, or
+    ``dev`` for choosing settings) of every data set, cased and ASR-style, and pooled over the data sets
+    (``all``); seconds taken."""
+    if part not in ("test", "dev"):
+        raise ConfigError(f"part={part!r}", expected="test or dev")
     res: dict[str, Any] = {}
     pooled: dict[str, list[list[Any]]] = {}
     t0 = time.perf_counter()
     n_tokens = 0
     for name in data.parts:
-        test = data.parts[name]["test"]
-        clients = data.clients[name]["test"]
+        test = data.parts[name][part]
+        clients = data.clients[name][part]
         for style in ("cased", "asr"):
             docs = test if style == "cased" else [asr_style(w, s) for w, s in test]
             words = [w for w, _ in docs]
@@ -456,8 +460,11 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
                  train_config: NerTrainConfig | None = None, cache_root: str | Path = "runs/cache",
                  systems: Sequence[str] = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns",
                                            "finetuned+recall"),
-                 log: Any = None) -> dict[str, Any]:
+                 log: Any = None, part: str = "test") -> dict[str, Any]:
     """Evaluate, write ``out/results.json`` and ``out/report.md``; return the metrics.
+
+    ``part``: ``"test"`` (the reported figures) or ``"dev"`` (where settings are chosen); the names-leaked
+    counts always cover all 44 Earnings-21 calls.
 
     ``model``: the primary system: ``"finetuned"`` (``finetuned+recall``: the cached fine-tuned model +
     patterns + the recall passes of :class:`~privasr.anon.ner.CombinedDetector` -- truecasing union,
@@ -480,8 +487,10 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
     needs_ft = model == "finetuned" or any(s.startswith("finetuned") for s in systems)
     folder, info, trained = (cached_model(data, data_dir, cfg, Path(cache_root), seed, log) if needs_ft
                              else (None, {}, False))
-    common = json.loads((folder / "common-words.json").read_text()) if folder is not None else sorted(
-        common_words(_gutenberg_cased(data_dir)))
+    own_folder = (Path(model) / "privasr-ner.json").is_file()  # a trained model keeps its own common words
+    words_file = folder if folder is not None else (Path(model) if own_folder else None)
+    common = json.loads((words_file / "common-words.json").read_text()) if words_file is not None and (
+        words_file / "common-words.json").is_file() else sorted(common_words(_gutenberg_cased(data_dir)))
     stock = SpacyDetector(load_base()) if any(s.startswith("stock") for s in systems) or model == "stock" else None
     ft = load_detector({"model": str(folder), "patterns": False}) if folder is not None else None
     patterns = PatternDetector(common=common)
@@ -495,12 +504,12 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
     for s in systems:
         if s not in builders:
             raise ConfigError(f"system {s!r}", expected=f"one of {sorted(builders)}")
-        results[s] = evaluate_detector(builders[s](), data, seed=seed)
+        results[s] = evaluate_detector(builders[s](), data, seed=seed, part=part)
         if log is not None:
             r = results[s]["asr"]["all"]
             log(f"{s}: ASR-style PER recall {r['prf']['PER']['recall']:.4f}, micro F1 {r['prf']['micro']['f1']:.4f}")
     if primary_name not in results:
-        results[primary_name] = evaluate_detector(primary, data, seed=seed)
+        results[primary_name] = evaluate_detector(primary, data, seed=seed, part=part)
     # names over all 44 calls, ASR-style
     all_calls = earnings21_docs(data.files["earnings21"])
     names = clean_speaker_names(read_speaker_names(names_file).values())
@@ -548,7 +557,7 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
         "model_dir": str(folder) if folder is not None else None, "best_epoch": info.get("best_epoch"),
         "systems": results, "names": name_res,
     }
-    config = {"model": model, "systems": list(systems), "train": asdict(cfg), "split_seed": seed,
+    config = {"model": model, "part": part, "systems": list(systems), "train": asdict(cfg), "split_seed": seed,
               "splits": data.ids, "earnings21_label_map": dict(EARNINGS21_TO_LABEL), "leak_labels": list(LEAK_LABELS),
               "common_words": len(common), "gazetteer_names": len(patterns.gazetteer)}
     out = Path(out)

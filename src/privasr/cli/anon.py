@@ -57,6 +57,8 @@ def eval_ner(
     epochs: int = typer.Option(None, "--epochs", help="Most training epochs (default: NerTrainConfig's)."),
     name_augment: float = typer.Option(None, "--name-augment", help="Faker-name augmentation fraction."),
     cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
+    part: str = typer.Option("test", "--part", help="Which held-out part to score: test (the reported figures) "
+                                                    "or dev (for choosing settings)."),
     compare: bool = typer.Option(True, "--compare/--no-compare",
                                  help="Also evaluate stock, stock+patterns, patterns and finetuned alone."),
 ) -> None:
@@ -67,7 +69,7 @@ def eval_ner(
     cfg = _train_config(seed, epochs, name_augment)
     systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
     m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg, cache_root=cache,  # type: ignore[arg-type]
-                     systems=systems, log=lambda s: console.print(s, highlight=False))
+                     systems=systems, log=lambda s: console.print(s, highlight=False), part=part)
     Console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
                     f"Earnings-21 names leaked {m['earnings21_names_leaked']}")
     Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
