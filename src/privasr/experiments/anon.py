@@ -508,12 +508,6 @@ def _text_sha(sentences: Sequence[Sequence[str]]) -> str:
     return h.hexdigest()[:16]
 
 
-def _ppl(lm: Any, sentences: Sequence[Sequence[str]]) -> float:
-    scores = lm.score_batch(sentences, bos=True, eos=True)
-    tokens = sum(len(s) + 1 for s in sentences)
-    return float(math.exp(-sum(s.ln_total for s in scores) / tokens)) if tokens else math.nan
-
-
 def _load_detector(spec: str) -> tuple[Any, str]:
     from privasr.anon.ner import load_detector
 
@@ -636,6 +630,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     from privasr.corpus.load import load_nbest
     from privasr.corpus.phonetics import load_cmudict
     from privasr.lm.adapt.fma import adaptation_unigram, fma_rewrite, text_unigram
+    from privasr.lm.base import closed_vocab_perplexity
     from privasr.lm.mix import LinearMix, estimate_weights
     from privasr.lm.ngram.class_lm import ClassNgramModel, train_class_lm
     from privasr.lm.ngram.mkn import train_mkn
@@ -805,7 +800,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
             for beta in cfg.betas:
                 ad = fma_rewrite(base, pa, beta, base_unigram=base_uni[m])
                 cand = ClassNgramModel(ad, m2a.classes, m2a.member_probs) if m == "m2" else ad
-                trace.append({"beta": beta, "dev_ppl": _ppl(cand, dev_text)})
+                trace.append({"beta": beta, "dev_ppl": closed_vocab_perplexity(cand, dev_text)})
             best = min(trace, key=lambda r: (r["dev_ppl"], r["beta"]))
             key = {"base": store.info[f"{m}class_anon" if m == "m2" else f"{m}_anon"].get("arpa"),
                    "adapt": _text_sha(a_text), "beta": best["beta"], "mu": cfg.mu, "unk": "neutral"}
@@ -852,7 +847,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     say("perplexities")
     # ---- perplexities
     t0 = time.perf_counter()
-    ppl = {n: _ppl(m, test_refs) for n, m in lms.items()}
+    ppl = {n: closed_vocab_perplexity(m, test_refs) for n, m in lms.items()}
     oov = {n: float(np.mean(np.concatenate([s.oov for s in m.score_batch(test_refs)]))) for n, m in lms.items()}
     timings["ppl_s"] = time.perf_counter() - t0
 

@@ -166,6 +166,7 @@ def _anon(out: Path, seed: int) -> dict[str, Any]:
     from privasr.anon.transform import Anonymizer, EntitySpan, map_label
     from privasr.corpus.formats.nbest_jsonl import read_transcripts, write_transcripts
     from privasr.errors import ConfigError
+    from privasr.lm.base import closed_vocab_perplexity
     from privasr.lm.ngram.mkn import train_mkn
 
     corpus = out / "corpus"
@@ -196,8 +197,7 @@ def _anon(out: Path, seed: int) -> dict[str, Any]:
 
     def ppl(train_text: list[Any]) -> float:
         lm = train_mkn(background + train_text, 3, discount_fallback=(0.5, 1.0, 1.5))
-        scores = lm.score_batch(words)
-        return float(10 ** (-sum(sc.total() for sc in scores) / sum(len(w) + 1 for w in words)))
+        return closed_vocab_perplexity(lm, words)
 
     return {"detector": kind, "per_recall": prf["PER"]["recall"], "per_precision": prf["PER"]["precision"],
             "micro_f1": prf["micro"]["f1"], "token_recall": token_recall(gold, pred, ("PER", "ORG", "LOC")),

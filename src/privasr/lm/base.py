@@ -26,7 +26,8 @@ import numpy as np
 from privasr.errors import InputError
 from privasr.metrics.perplexity import PplStats, sentence_stats
 
-__all__ = ["LanguageModel", "SentenceScore", "perplexity_stats", "LN10", "BOS", "EOS", "UNK"]
+__all__ = ["LanguageModel", "SentenceScore", "perplexity_stats", "closed_vocab_perplexity", "LN10", "BOS", "EOS",
+           "UNK"]
 
 LN10 = math.log(10.0)
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
@@ -102,3 +103,20 @@ def perplexity_stats(scores: Iterable[SentenceScore]) -> PplStats:
         lps = [None if o else float(lp) for lp, o in zip(s.logprobs, s.oov, strict=True)]
         total = total + sentence_stats(lps[:-1], lps[-1])
     return total
+
+
+def closed_vocab_perplexity(lm: LanguageModel, sentences: Sequence[Sequence[str]]) -> float:
+    """Perplexity with every token counted: OOVs scored as ``<unk>`` and one ``</s>`` per sentence (what N-best
+    rescoring sees, so models with different vocabularies compare fairly); NaN for no sentences.
+
+    Unlike :func:`perplexity_stats` (SRILM's accounting), OOV tokens are not left out.
+
+    >>> from privasr.lm.ngram.mkn import train_mkn
+    >>> m = train_mkn([["a", "b"], ["b", "a"], ["a"]], 2, discounts=[(0.5, 1.0, 1.5)] * 2)
+    >>> round(closed_vocab_perplexity(m, [["a", "b"], ["zzz"]]), 4), closed_vocab_perplexity(m, [])
+    (3.9199, nan)
+    """
+    tokens = sum(len(s) + 1 for s in sentences)
+    if not tokens:
+        return math.nan
+    return float(math.exp(-sum(s.ln_total for s in lm.score_batch(sentences, bos=True, eos=True)) / tokens))
