@@ -38,24 +38,18 @@ Nothing given is modified: new records are returned.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
+from privasr.anon.ner import EntityDetector, detect_grouped
 from privasr.anon.transform import Anonymizer, EntitySpan, check_spans, map_label
 from privasr.corpus.records import Hypothesis, NBest, Span, Transcript
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["EntitySource", "AnonStats", "anonymize_records", "gold_spans", "label_counts", "realign"]
+__all__ = ["AnonStats", "anonymize_records", "gold_spans", "realign"]
 
 ENTITY_SOURCES = ("detect", "gold")
-
-
-class EntitySource(Protocol):
-    """Anything that finds entity spans over given tokens (e.g. :mod:`privasr.anon.ner` detectors)."""
-
-    def detect(self, sentences: Sequence[Sequence[str]]) -> list[list[EntitySpan]]: ...
 
 
 @dataclass
@@ -198,7 +192,7 @@ def _sequences(records: Sequence[Transcript | NBest]) -> tuple[list[tuple[str, .
 
 
 def anonymize_records(records: Sequence[Transcript | NBest], anonymizer: Anonymizer,
-                      detector: EntitySource | None = None, *, entities: str = "detect",
+                      detector: EntityDetector | None = None, *, entities: str = "detect",
                       ) -> tuple[list[Transcript | NBest], AnonStats]:
     """Anonymise transcripts or N-best lists (see the module docstring); returns new records and counts.
 
@@ -233,8 +227,6 @@ def anonymize_records(records: Sequence[Transcript | NBest], anonymizer: Anonymi
             out.append(rw.transcript(r, gold_spans(r.entities, len(r.words), f"utterance {r.utt_id}: ")))
         return out, stats
     assert detector is not None
-    from privasr.anon.ner import detect_grouped
-
     seqs, groups = _sequences(records)
     found = detect_grouped(detector, seqs, groups)
     if len(found) != len(seqs):
@@ -253,12 +245,3 @@ def anonymize_records(records: Sequence[Transcript | NBest], anonymizer: Anonymi
             ref, _ = rw.words(r.ref, next(it), client)
         out.append(replace(r, hyps=hyps, ref=ref, meta={"anon": anonymizer.mode}))
     return out, stats
-
-
-def label_counts(spans: Sequence[Sequence[EntitySpan]]) -> dict[str, int]:
-    """Mentions per category over many sentences' spans.
-
-    >>> label_counts([[EntitySpan(0, 1, "PER")], [EntitySpan(0, 2, "PER"), EntitySpan(3, 4, "LOC")]])
-    {'PER': 2, 'LOC': 1}
-    """
-    return dict(Counter(s.label for ss in spans for s in ss))
