@@ -221,6 +221,47 @@ def test_refine_persons_relabels_and_extends_in_asr_text_only() -> None:
     assert refine_persons(sents[:1], found[:1], names, common, relabel=False) == [found[0]]
 
 
+def test_person_cues_name_what_follows_and_stop_at_the_firm() -> None:
+    from privasr.anon.ner import refine_persons
+
+    sents = [("next", "question", "comes", "from", "the", "line", "of", "mark", "yu-jen", "from", "acme"),
+             ("our", "ceo", "steve", "humphreys", "and", "cfo", "will", "speak"),
+             ("the", "line", "of", "<inaudible>"),
+             ("i", "will", "hand", "it", "over", "to", "the", "operator"),
+             ("The", "line", "of", "Bob", "from", "X")]
+    got = refine_persons(sents, [[], [], [], [], []], set(), {"mark"})
+    assert got[0] == [EntitySpan(7, 9, "PER")]  # a common word after a cue is a name too; "from" ends it
+    assert got[1] == [EntitySpan(2, 4, "PER")]  # "will" (a stop word) after "cfo" is not
+    assert got[2] == [] and got[3] == []  # no word token / a stop word right after the cue
+    assert got[4] == []  # cased text is left to the model
+    # a token inside an existing span ends the cued name; the span is kept
+    kept = refine_persons([sents[0]], [[EntitySpan(8, 9, "ORG")]], set(), set())
+    assert kept == [[EntitySpan(7, 8, "PER"), EntitySpan(8, 9, "ORG")]]
+    assert refine_persons([sents[0]], [[]], set(), set(), cues=False) == [[]]
+
+
+def test_propagation_of_common_word_names_needs_repeated_person_detections() -> None:
+    from privasr.anon.ner import propagate
+
+    sents = [("hi", "mark"), ("mark", "said", "so"), ("ok", "mark"), ("the", "mark", "was", "hit")]
+    found = [[EntitySpan(1, 2, "PER")], [EntitySpan(0, 1, "PER")], [], []]
+    assert propagate(sents, found, ["d"] * 4, common={"mark"})[2:] == [[], []]  # default: never
+    got = propagate(sents, found, ["d"] * 4, common={"mark"}, common_person_min=2)
+    assert got[2] == [EntitySpan(1, 2, "PER")] and got[3] == [EntitySpan(1, 2, "PER")]
+    assert propagate(sents, found, ["d"] * 4, common={"mark"}, common_person_min=3)[2:] == [[], []]
+    # counts are per document
+    assert propagate(sents, found, ["a", "b", "a", "a"], common={"mark"}, common_person_min=2)[2] == []
+    with pytest.raises(ConfigError, match="common_person_min"):
+        propagate(sents, found, ["d"] * 4, common_person_min=0)
+
+
+def test_the_finetuned_spec_needs_the_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PRIVASR_DATA", str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match="no data folder"):
+        load_detector("finetuned", cache_root=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing trained or written
+
+
 def test_truecaser_uses_the_most_frequent_form_away_from_sentence_starts() -> None:
     from privasr.anon.ner import Truecaser
 

@@ -265,3 +265,26 @@ def test_the_ami_config_on_the_shared_data(tmp_path):
     assert 0.0 < m["wer"] < 1.0 and m["ppl"] > 1
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["data_info"]["entity_word_tokens"] > 0
+
+
+def test_detection_sees_each_meeting_as_one_document(tmp_path):
+    from types import SimpleNamespace
+
+    from privasr.experiments.anon import _detect
+
+    class Grouped:
+        def __init__(self) -> None:
+            self.groups = None
+
+        def detect(self, sentences, groups=None):
+            self.groups = list(groups)
+            return [[] for _ in sentences]
+
+    turns = [SimpleNamespace(words=("hi",), client="m1"), SimpleNamespace(words=("yo",), client="m2"),
+             SimpleNamespace(words=("so",), client="m1")]
+    det = Grouped()
+    assert _detect(det, "g", turns, tmp_path) == [[], [], []]
+    assert det.groups == ["m1", "m2", "m1"]
+    det2 = Grouped()
+    _detect(det2, "g", turns, tmp_path)
+    assert det2.groups is None  # the second call is served from the span cache

@@ -61,6 +61,17 @@ def test_run_writes_the_contract_metrics_and_tables(corpus, tmp_path):
 def test_lam_zero_reproduces_the_baseline(corpus, tmp_path):
     m = run_fmp(load_fmp_config(_raw(corpus, tmp_path, lam_grid=[0.0])), tmp_path / "out")
     assert m["wer"] == m["wer_baseline"] and m["changed_vs_baseline"] == 0
+    assert m["word_changes"] == {"gained": [], "lost": [], "net": 0, "words_changed": 0}
+
+
+def test_word_changes_account_for_the_wer_change(corpus, tmp_path):
+    m = run_fmp(load_fmp_config(_raw(corpus, tmp_path, lam_grid=[3.0])), tmp_path / "out")
+    wc = m["word_changes"]
+    assert set(wc) == {"gained", "lost", "net", "words_changed"}
+    if len(wc["gained"]) + len(wc["lost"]) == wc["words_changed"]:  # nothing cut by the top-15 lists
+        assert wc["net"] == sum(n for _, n in wc["gained"]) - sum(n for _, n in wc["lost"])
+    if m["changed_vs_baseline"] and wc["words_changed"]:
+        assert "recognised correctly more often" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_dp_run_reports_epsilon_and_delta(corpus, tmp_path):

@@ -442,6 +442,7 @@ class CombinedDetector:
     truecaser: Truecaser | None = None
     propagate: bool = False
     refine: bool = False
+    common_person_min: int | None = None
 
     def detect(self, sentences: Sequence[Sentence], groups: Sequence[Hashable] | None = None
                ) -> list[list[EntitySpan]]:
@@ -456,7 +457,8 @@ class CombinedDetector:
                 model[i] = resolve_overlaps(list(model[i]) + list(extra))
         out = self._merge(sents, model)
         if self.propagate and gs is not None:
-            out = propagate(sents, out, gs, common=self.patterns.common_set)
+            out = propagate(sents, out, gs, common=self.patterns.common_set,
+                            common_person_min=self.common_person_min)
         if self.refine:
             out = refine_persons(sents, out, self.patterns.gazetteer, self.patterns.common_set, merge=False)
         return out
@@ -518,7 +520,7 @@ def _strip_possessive(w: str) -> str:
 
 def propagate(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan]],
               groups: Sequence[Hashable] | None, *, common: Iterable[str] = (),
-              labels: Sequence[str] = LABELS) -> list[list[EntitySpan]]:
+              labels: Sequence[str] = LABELS, common_person_min: int | None = None) -> list[list[EntitySpan]]:
     """Document-level propagation: within each group (sentences with the same group id form one document),
     every other occurrence of a word sequence detected as an entity somewhere in that document gets the same
     label (the label it was detected with most often, ties in :data:`~privasr.anon.transform.LABELS` order).
@@ -527,12 +529,22 @@ def propagate(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan
     must start with a capital. Longer sequences are placed first; an occurrence that overlaps only spans of
     the same label, all inside it, replaces them; one that overlaps any other span is skipped. Sequences
     never propagated: single tokens in ``common`` (or without a letter, or of one character), and sequences
-    made of ``common`` words only. ``groups=None``: no propagation (each sentence stands alone).
+    made of ``common`` words only -- except, with ``common_person_min`` = k, a single common word detected as PER
+    at least k times in the document ("one sense per discourse": a participant called "mark" or "bill"; its
+    uses as the common word in that document are then replaced too, which costs precision, not privacy).
+    ``groups=None``: no propagation (each sentence stands alone).
 
     >>> s = [("thanks", "adi"), ("adi", "said", "so"), ("adi", "again")]
     >>> propagate(s, [[EntitySpan(1, 2, "PER")], [], []], ["a", "a", "b"])
     [[EntitySpan(start=1, end=2, label='PER')], [EntitySpan(start=0, end=1, label='PER')], []]
+    >>> m = [("hi", "mark"), ("mark", "said"), ("ok", "mark")]
+    >>> propagate(m, [[EntitySpan(1, 2, "PER")], [EntitySpan(0, 1, "PER")], []], ["a"] * 3, common={"mark"},
+    ...           common_person_min=2)[2]
+    [EntitySpan(start=1, end=2, label='PER')]
     """
+    if common_person_min is not None and (isinstance(common_person_min, bool) or not isinstance(
+            common_person_min, int) or common_person_min < 1):
+        raise ConfigError(f"common_person_min={common_person_min!r}", expected="an integer >= 1 or None")
     sents = check_sentences(sentences)
     out = [sorted(ss, key=lambda s: s.start) for ss in spans]
     if len(out) != len(sents):
@@ -547,18 +559,24 @@ def propagate(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan
     order = {lab: k for k, lab in enumerate(LABELS)}
     for idx in members.values():
         forms: dict[tuple[str, ...], dict[str, int]] = {}
+        common_persons: dict[tuple[str, ...], int] = {}
         for i in idx:
             for s in out[i]:
                 if s.label not in labels:
                     continue
                 key = tuple(w.lower() for w in sents[i][s.start:s.end])
-                if len(key) == 1 and (key[0] in common or _strip_possessive(key[0]) in common
-                                      or len(key[0]) < 2 or not any(c.isalpha() for c in key[0])):
+                if len(key) == 1 and (len(key[0]) < 2 or not any(c.isalpha() for c in key[0])):
+                    continue
+                if len(key) == 1 and (key[0] in common or _strip_possessive(key[0]) in common):
+                    if s.label == "PER" and key[0].isalpha():
+                        common_persons[key] = common_persons.get(key, 0) + 1
                     continue
                 if all(w in common or not any(c.isalpha() for c in w) for w in key):
                     continue
                 c = forms.setdefault(key, {})
                 c[s.label] = c.get(s.label, 0) + 1
+        if common_person_min is not None:
+            forms.update({k: {"PER": n} for k, n in common_persons.items() if n >= common_person_min})
         if not forms:
             continue
         label_of = {k: min(c, key=lambda lab: (-c[lab], order.get(lab, 99))) for k, c in forms.items()}
@@ -583,23 +601,67 @@ def propagate(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan
     return [list(x) for x in out]
 
 
+#: Phrases after which a conversation names a person (meetings and calls: the operator's "our next question comes
+#: from the line of ...", "i'll hand it over to ..."); see :func:`refine_persons`.
+PERSON_CUES: tuple[tuple[str, ...], ...] = (
+    ("the", "line", "of"), ("question", "comes", "from"), ("questions", "come", "from"), ("question", "is", "from"),
+    ("question", "from"), ("hand", "it", "over", "to"), ("turn", "it", "over", "to"), ("the", "call", "over", "to"),
+    ("it", "back", "to"), ("my", "name", "is"),
+    ("ceo",), ("cfo",), ("coo",), ("cto",), ("mr",), ("mrs",), ("ms",), ("dr",), ("chairman",),
+)
+#: Words that end a cued name (what follows a name in those phrases: "... from <firm>", "... with <firm>").
+_CUE_STOP = frozenset({"from", "with", "at", "of", "and", "for", "please", "go", "ahead", "your", "line", "is",
+                       "open", "uh", "um"})
+
+
+def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> list[EntitySpan]:
+    """PER spans of 1-3 alphabetic tokens (``-`` and ``'`` allowed) right after a :data:`PERSON_CUES` phrase,
+    ending before a word of ``stop`` or :data:`_CUE_STOP`; a token already inside a span ends the name."""
+    out = []
+    n = len(low)
+    for cue in PERSON_CUES:
+        k = len(cue)
+        for j in range(n - k):
+            if tuple(low[j:j + k]) != cue:
+                continue
+            a = e = j + k
+            while e < n and e - a < 3 and e not in taken and low[e] not in stop and low[e] not in _CUE_STOP \
+                    and len(low[e]) > 1 and low[e].replace("-", "").replace("'", "").isalpha():
+                e += 1
+            if e > a and (e == n or low[e] in _CUE_STOP or low[e] in stop or e - a == 3 or e in taken):
+                out.append(EntitySpan(a, e, "PER"))
+                taken.update(range(a, e))
+    return out
+
+
 def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan]], names: Iterable[str],
-                   common: Iterable[str], *, relabel: bool = True, merge: bool = True, extend: bool = True
-                   ) -> list[list[EntitySpan]]:
+                   common: Iterable[str], *, relabel: bool = True, merge: bool = True, extend: bool = True,
+                   cues: bool = True, stop: Iterable[str] | None = None) -> list[list[EntitySpan]]:
     """Recall-oriented PER rules for ASR-style (uncased) sentences; cased ones are left as they are.
 
     * ``relabel``: a span of another label whose every token is a gazetteer name (``names``) becomes PER;
     * ``merge``: adjacent PER spans become one;
     * ``extend``: a PER span takes in the next token when that is alphabetic (an ``'s`` ending allowed), not
-      in ``common`` and not inside another span (a surname the gazetteer lacks: "arndt schottelius").
+      in ``common`` and not inside another span (a surname the gazetteer lacks: "arndt schottelius");
+    * ``cues``: 1-3 words right after a :data:`PERSON_CUES` phrase ("the line of yu-jen from ...") become PER
+      when no span covers them, common words included, up to a word of ``stop`` (default spaCy's stop words) or
+      a name-ending word ("from", "with", ...).
 
     >>> refine_persons([("thanks", "adi", "hoess", "and", "bob")], [[EntitySpan(1, 2, "ORG")]],
     ...                {"adi", "bob"}, {"and", "thanks"})
     [[EntitySpan(start=1, end=3, label='PER')]]
+    >>> refine_persons([("next", "question", "comes", "from", "the", "line", "of", "yu-jen", "from", "acme")],
+    ...                [[]], set(), set())
+    [[EntitySpan(start=7, end=8, label='PER')]]
     """
     sents = check_sentences(sentences)
     names = frozenset(names)
     common = frozenset(common)
+    if stop is None:
+        from spacy.lang.en.stop_words import STOP_WORDS
+
+        stop = STOP_WORDS
+    stop_set = frozenset(stop)
     out = []
     for ws, ss in zip(sents, spans, strict=True):
         cur = sorted(ss, key=lambda s: s.start)
@@ -622,6 +684,9 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
                         taken.add(s.end)
                 new.append(EntitySpan(s.start, e, s.label))
             cur = new
+        if cues:
+            cued = _cued_spans(low, {i for s in cur for i in range(s.start, s.end)}, stop_set)
+            cur = sorted(cur + cued, key=lambda s: s.start)
         if merge:
             merged: list[EntitySpan] = []
             for s in cur:
@@ -897,13 +962,15 @@ def train_ner(train: Sequence[Doc], dev: Sequence[Doc], out_dir: str | Path, con
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Iterable[str] | None = None
-                  ) -> EntityDetector:
-    """A detector from a spec: ``"stock"`` (en_core_web_sm + patterns), ``"patterns"`` (patterns only), a
+def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Iterable[str] | None = None,
+                  cache_root: str | Path = "runs/cache") -> EntityDetector:
+    """A detector from a spec: ``"stock"`` (en_core_web_sm + patterns), ``"patterns"`` (patterns only),
+    ``"finetuned"`` (the project's fine-tuned model, :func:`~privasr.anon.ner_eval.finetuned_model`: taken from
+    ``cache_root``, trained there first when absent; + patterns and the recall passes), a
     folder saved by :func:`train_ner` (+ patterns, with the recall passes of :class:`CombinedDetector`:
     document propagation when ``detect`` gets groups, PER refinement, and truecasing when the folder holds a
     ``truecase.json`` as :func:`~privasr.anon.ner_eval.cached_model` writes), or a mapping ``{"model":
-    "stock" | "none" | DIR, "patterns": true | false}``. ``common`` (lower-case common words, default spaCy's stop words, or the
+    "stock" | "finetuned" | "none" | DIR, "patterns": true | false}``. ``common`` (lower-case common words, default spaCy's stop words, or the
     list a trained model saved beside it as ``common-words.json``) is removed from the name gazetteer.
 
     >>> load_detector("patterns").detect([["mail", "jo@example.com"]])
@@ -930,10 +997,14 @@ def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Ite
     if model_spec == "stock":
         model = SpacyDetector(load_base())
     elif model_spec != "none":
+        if model_spec == "finetuned":
+            from privasr.anon.ner_eval import finetuned_model
+
+            model_spec = str(finetuned_model(cache_root=cache_root))
         path = Path(model_spec)
         if not (path / "privasr-ner.json").is_file():
-            raise ConfigError(f"detector {model_spec!r} is neither stock, patterns, none nor a trained model folder",
-                              path=path, expected="a folder written by train_ner (with privasr-ner.json)")
+            raise ConfigError(f"detector {model_spec!r} is neither stock, finetuned, patterns, none nor a trained "
+                              "model folder", path=path, expected="a folder written by train_ner (with privasr-ner.json)")
         import spacy
 
         model = SpacyDetector(_load_ner_only(spacy.load, path))
@@ -950,4 +1021,5 @@ def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Ite
         return patterns
     if patterns is None:
         return model
-    return CombinedDetector(model, patterns, truecaser=truecaser, propagate=recall, refine=recall)
+    return CombinedDetector(model, patterns, truecaser=truecaser, propagate=recall, refine=recall,
+                            common_person_min=3 if recall else None)

@@ -63,7 +63,7 @@ from privasr.errors import ConfigError, InputError
 
 __all__ = ["EARNINGS21_TO_LABEL", "LEAK_LABELS", "NerData", "span_prf", "token_recall", "leak_counts",
            "wikigold_docs", "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names",
-           "names_leaked", "evaluate_detector", "cached_model", "run_eval_ner"]
+           "names_leaked", "evaluate_detector", "cached_model", "finetuned_model", "run_eval_ner"]
 
 Doc = tuple[tuple[str, ...], list[EntitySpan]]
 
@@ -454,6 +454,26 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
         shutil.rmtree(folder)
     tmp.rename(folder)
     return folder, info, True
+
+
+def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path = "runs/cache", *, seed: int = 0,
+                    log: Any = None) -> Path:
+    """The folder of the project's fine-tuned NER (the default :class:`~privasr.anon.ner.NerTrainConfig` on the
+    ``seed`` split of ``data_dir``'s Wikigold and Earnings-21 training parts, :func:`cached_model`): taken from
+    ``cache_root`` when present, trained there first otherwise (about 10 minutes on 2 CPU cores). This is what
+    the detector spec ``"finetuned"`` of :func:`~privasr.anon.ner.load_detector` loads.
+
+    Raises:
+        ConfigError: no data folder (``$PRIVASR_DATA`` or ``../shared/data``) holds the NER data.
+    """
+    from privasr.paths import data_dir as default_data_dir
+
+    d = Path(data_dir) if data_dir is not None else default_data_dir()
+    if d is None:
+        raise ConfigError("the fine-tuned NER needs the evaluation data to train on, and no data folder was found",
+                          expected="$PRIVASR_DATA or ../shared/data with ner-wikigold and earnings21")
+    folder, _, _ = cached_model(load_ner_data(d, seed), d, NerTrainConfig(seed=seed), Path(cache_root), seed, log)
+    return folder
 
 
 def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetuned", seed: int = 0,

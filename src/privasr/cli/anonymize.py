@@ -27,8 +27,9 @@ def anonymize(
     entities: str = typer.Option("detect", "--entities", help="detect (run the NER) or gold (the corpus's own "
                                                                "entity annotations)."),
     ner: str = typer.Option("stock", "--ner", help="NER to detect with: stock (spaCy en_core_web_sm + patterns), "
-                                                   "patterns, or a model folder from privasr anon train-ner "
-                                                   "(fine-tuned for ASR-style text)."),
+                                                   "patterns, finetuned (the project's model for ASR-style "
+                                                   "text, cached in runs/cache; trained there on first use), "
+                                                   "or a model folder from privasr anon train-ner."),
     seed: int = typer.Option(0, "--seed", help="Seed of the surrogate draws."),
     fmt: str = typer.Option(None, "--from", help="Input format (detected when omitted)."),
     to: str = typer.Option("jsonl", "--to", help="Output format: jsonl or any format with a writer."),

@@ -11,9 +11,10 @@ the FMA ``beta`` and the EM interpolation weights. N-best rescoring uses ``ami-t
 lists come from AMI dev and test meetings, so never from the pool or the training text): weights tuned on the
 dev lists, WER on the test lists; perplexities are on the test lists' references.
 
-**Privacy transformation (section 2.1).** An entity detector (``ner: {model: stock}``, loaded lazily with
-:func:`privasr.anon.ner.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC spans on the
-**cased** raw tokens of every training turn (spans are cached in ``cache_dir``). Each entity word with a letter
+**Privacy transformation (section 2.1).** An entity detector (``ner: {model: finetuned}`` or ``stock``, loaded
+lazily with :func:`privasr.anon.ner.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC
+spans on the **cased** raw tokens of every training turn, each meeting one document for the detector's
+document-level passes (spans are cached in ``cache_dir``). Each entity word with a letter
 or digit is then replaced by a placeholder token that survives the ``ami`` normaliser (lower-case, alphabetic,
 with its word index), the turn is normalised exactly like the N-best references
 (:func:`privasr.experiments.text.ami_sentences`), and the placeholders are resolved (:func:`normalise_marked`):
@@ -509,22 +510,34 @@ def _text_sha(sentences: Sequence[Sequence[str]]) -> str:
 
 
 def _load_detector(spec: str) -> tuple[Any, str]:
+    """The config's detector and a name for the span cache; ``finetuned`` is resolved to its cached folder, whose
+    name holds the key of the training data and config, so a retrained model never reuses stale spans."""
     from privasr.anon.ner import load_detector
 
+    if spec == "finetuned":
+        from privasr.anon.ner_eval import finetuned_model
+
+        folder = finetuned_model()
+        return load_detector(str(folder)), f"privasr.anon.ner:finetuned:{folder.name}"
     return load_detector(spec), f"privasr.anon.ner:{spec}"
 
 
 def _detect(detector: Any, det_name: str, turns: Sequence[Any], cache: Path | None) -> list[list[Any]]:
+    from privasr.anon import ner
+    from privasr.anon.ner import detect_grouped
     from privasr.anon.transform import EntitySpan
 
     sents = [list(t.words) for t in turns]
+    groups = [t.client or "" for t in turns]  # a meeting is one document for the document-level passes
     path = None
     if cache is not None:
-        path = cache / f"ner-{_sha([det_name, _text_sha(sents)])}.json.gz"
+        # the detector module's source is part of the key: a changed rule never reuses stale spans
+        code = hashlib.sha256(Path(ner.__file__).read_bytes()).hexdigest()
+        path = cache / f"ner-{_sha([det_name, code, _text_sha(sents), *groups])}.json.gz"
         if path.is_file():
             data = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8"))
             return [[EntitySpan(a, b, c) for a, b, c in row] for row in data]
-    spans = detector.detect(sents)
+    spans = detect_grouped(detector, sents, groups)
     if len(spans) != len(sents):
         raise InputError(f"the entity detector returned {len(spans)} span lists for {len(sents)} turns",
                          expected="one list per turn")

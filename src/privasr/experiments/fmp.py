@@ -485,7 +485,7 @@ def _select(totals: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run a validated FMP config; write ``out/results.json`` and ``out/report.md``; return the metrics."""
     from privasr.federated.backends import make_backend
-    from privasr.metrics import mapsswe, paired_bootstrap, wer
+    from privasr.metrics import mapsswe, paired_bootstrap, wer, word_hit_changes
     from privasr.results import write_results
 
     out = Path(out)
@@ -555,6 +555,8 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
         "changed_vs_baseline": int(sum(a != b for a, b in zip(fmp_words, base_words, strict=True))),
         "weights_baseline": p.weights, "lam_trace": lam_trace, "fmp_score_weight": p.bias_weight,
         "oracle_cache": cfg.oracle_cache, "order": int(cfg.fmp.get("order", 1)), "normalized": cfg.normalize,
+        # which reference words FMP gets right more / less often than the baseline (what the WER change is made of)
+        "word_changes": word_hit_changes(refs, fmp_words, base_words).to_dict(),
     }
     if lam2_trace:
         metrics.update(lam2=fmp_cfg["lam2"], lam2_trace=lam2_trace)
@@ -624,6 +626,11 @@ def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]) 
                   "decoded N-best lists. This is the ceiling of unigram marginals, not a system.**", ""]
     if "epsilon" in m:
         lines += [f"Differential privacy: epsilon = {m['epsilon']:.4g}, delta = {m['delta']:.3g}.", ""]
+    wc = m.get("word_changes")
+    if wc and wc["words_changed"]:
+        lines += [f"Reference words recognised correctly more often than by the baseline (net {wc['net']:+d}): "
+                  + ", ".join(f"{w} +{n}" for w, n in wc["gained"]) + "; less often: "
+                  + ", ".join(f"{w} -{n}" for w, n in wc["lost"]) + ".", ""]
     for name, rows in tables.items():
         if not rows:
             continue
