@@ -40,6 +40,7 @@ def _cfg(**over):
         ({"eval": {"method": "viterbi"}}, "eval.method"),
         ({"rounds": 0}, "rounds"),
         ({"colour": "red"}, "colour"),
+        ({"seed_model": {"select": "first"}}, "seed_model.select"),
     ],
 )
 def test_config_errors_name_the_key(over, match):
@@ -113,3 +114,14 @@ def test_flower_simulation_gives_the_local_result(tmp_path):
     for name in ("ftl", "baseline"):
         assert a[name]["valid_loss"] == pytest.approx(b[name]["valid_loss"], rel=1e-6)
     assert local["wer"] == pytest.approx(flower["wer"], abs=0.02)  # updates arrive in another order
+
+
+def test_the_seed_model_epoch_can_be_chosen_on_held_out_server_utterances(tmp_path):
+    cfg = _cfg(seed_model={"epochs": 3, "lr": 0.005, "batch_size": 8, "select": "best"}, rounds=1,
+               tables={"variants": []})
+    m = run_ftl(cfg, tmp_path / "out")
+    losses = m["seed_model_held_out_loss"]
+    assert len(losses) == 3 and m["seed_model_epoch"] == 1 + losses.index(min(losses))
+    again = run_ftl(cfg, tmp_path / "out")  # from the cache: the same selection and result
+    assert again["seed_model_epoch"] == m["seed_model_epoch"] and again["wer"] == m["wer"]
+    assert "seed_model_epoch" not in run_ftl(_cfg(rounds=1, tables={"variants": []}), tmp_path / "last")

@@ -12,7 +12,10 @@
    ``data.kind: synthetic`` generates a small corpus of the same shape (:func:`synthetic_corpus`; the demo).
 2. **Units**: ``units: char`` or ``{sentencepiece: N}`` (trained on the server speakers' transcripts).
 3. **Seed model**: ``model`` (an :class:`~privasr.asr.models.AcousticConfig` preset plus overrides) trained
-   centrally with Adam for ``seed_model.epochs`` on the server speakers (cached in ``OUT/cache``).
+   centrally with Adam for ``seed_model.epochs`` on the server speakers (cached in ``OUT/cache``). With
+   ``seed_model.select: best`` every ``data.valid_every``-th utterance of each server speaker is held out
+   from that training (the server's own validation set; the clients' is never used) and the epoch with the
+   lowest loss there is kept; ``last`` (the default) keeps the last epoch.
 4. **Federated runs** from the seed model on the client speakers (:class:`~privasr.federated.algorithms.ftl.
    FtlAlgorithm`; ``clients.key``: ``speaker``, one client per speaker, or ``groups`` with ``clients.groups``
    clients of whole speakers): the system under test (``ftl``: by default hierarchical, client SGD + server
@@ -38,7 +41,7 @@ import copy
 import dataclasses
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +87,7 @@ class FtlRunConfig:
     eval_method: str
     eval_options: dict[str, Any]
     raw: dict[str, Any]
+    seed_select: str = "last"
 
 
 def _ftl_config(raw: Mapping[str, Any]) -> Any:
@@ -130,7 +134,8 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
         model = AcousticConfig.preset(preset, **m)
     except TypeError as e:
         raise ConfigError(f"model: {e}", expected="AcousticConfig fields") from None
-    sm = _mapping(raw.get("seed_model", {}), "seed_model", ("epochs", "lr", "batch_size"))
+    sm = _mapping(raw.get("seed_model", {}), "seed_model", ("epochs", "lr", "batch_size", "select"))
+    seed_select = _str(sm.get("select", "last"), "seed_model.select", ("last", "best"))
     seed_epochs = _int(sm.get("epochs", 10), "seed_model.epochs", 1)
     seed_lr = _num(sm.get("lr", 0.001), "seed_model.lr")
     seed_batch = _int(sm.get("batch_size", 16), "seed_model.batch_size", 1)
@@ -165,7 +170,7 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
                 "data": data, "units": units}
     return FtlRunConfig(name, seed, data, units, model, seed_epochs, seed_lr, seed_batch, key, groups, rounds,
                         backend, backend_options, sampler, min_clients, ftl, base, target, tuple(variants),
-                        central, method, opts, resolved)
+                        central, method, opts, resolved, seed_select)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,8 +260,13 @@ def _cache_key(cfg: FtlRunConfig, what: str, **extra: Any) -> str:
 
 
 def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None, examples: Sequence[Any],
-             epochs: int, cache: Path, name: str, lr: float, batch: int) -> tuple[dict[str, np.ndarray], float]:
-    """Centralised Adam training (cached): the parameters and the seconds it took (0 when cached)."""
+             epochs: int, cache: Path, name: str, lr: float, batch: int,
+             select: tuple[Sequence[Any], Callable[[Mapping[str, np.ndarray], Sequence[Any]], float]] | None = None
+             ) -> tuple[dict[str, np.ndarray], float]:
+    """Centralised Adam training (cached): the parameters and the seconds it took (0 when cached).
+
+    ``select = (held-out examples, loss(params, examples))``: train epoch by epoch and keep the parameters of the
+    epoch with the lowest held-out loss (the losses per epoch are saved beside the cached parameters)."""
     import torch
 
     from privasr.asr.models import build_model
@@ -264,7 +274,7 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
     from privasr.federated.algorithms._config import load_params, params_of
 
     key = _cache_key(cfg, name, epochs=epochs, lr=lr, batch=batch, init=init is not None,
-                     n=len(examples))
+                     n=len(examples), **({"select": "best", "held_out": len(select[0])} if select else {}))
     path = cache / f"{name}.npz"
     meta = cache / f"{name}.json"
     if path.is_file() and meta.is_file() and meta.read_text(encoding="utf-8") == key:
@@ -274,13 +284,38 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
     if init is not None:
         load_params(model, init)
     t0 = time.perf_counter()
-    train(model, torch.optim.Adam(model.parameters(), lr=lr), examples, epochs=epochs, batch_size=batch,
-          seed=cfg.seed)
-    params = params_of(model)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if select is None:
+        train(model, opt, examples, epochs=epochs, batch_size=batch, seed=cfg.seed)
+        params = params_of(model)
+    else:
+        held, loss = select
+        best: tuple[float, int, dict[str, np.ndarray]] | None = None
+        losses = []
+        for ep in range(epochs):  # one epoch at a time, each with its own seeded batch order
+            train(model, opt, examples, epochs=1, batch_size=batch, seed=cfg.seed * 1000 + ep)
+            p = params_of(model)
+            losses.append(float(loss(p, held)))
+            if best is None or losses[-1] < best[0]:
+                best = (losses[-1], ep + 1, {k: v.copy() for k, v in p.items()})
+        assert best is not None
+        params = best[2]
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / f"{name}-epochs.json").write_text(json.dumps({"held_out_loss": losses, "best_epoch": best[1]}),
+                                                   encoding="utf-8")
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, **params)
     meta.write_text(key, encoding="utf-8")
     return params, time.perf_counter() - t0
+
+
+def _seed_selection(cache: Path, select: str) -> dict[str, Any]:
+    """``seed_model_epoch`` and the held-out losses per epoch when the seed model's epoch was selected."""
+    f = cache / "seed-epochs.json"
+    if select != "best" or not f.is_file():
+        return {}
+    d = json.loads(f.read_text(encoding="utf-8"))
+    return {"seed_model_epoch": d["best_epoch"], "seed_model_held_out_loss": d["held_out_loss"]}
 
 
 def _evaluate(alg: Any, params: Mapping[str, np.ndarray], test: Sequence[Any], cfg: FtlRunConfig) -> dict[str, Any]:
@@ -332,9 +367,18 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
                          expected="more utterances per speaker or a larger valid_every")
 
     cache = out / "cache"
-    seed_params, seed_s = _central(cfg, tok, None, server_ex, cfg.seed_epochs, cache, "seed", cfg.seed_lr,
-                                   cfg.seed_batch)
     probe = FtlAlgorithm(cfg.ftl, model_cfg, tok)
+    select = None
+    seed_train = server_ex
+    if cfg.seed_select == "best":
+        server_held = [e for s in server_spk for i, e in enumerate(by_spk[s]) if i % every == every - 1]
+        seed_train = [e for s in server_spk for i, e in enumerate(by_spk[s]) if i % every != every - 1]
+        if not server_held or not seed_train:
+            raise InputError(f"{len(server_spk)} server speakers leave no held-out or no training utterances",
+                             expected="more utterances per speaker or a larger valid_every")
+        select = (server_held, probe.loss)
+    seed_params, seed_s = _central(cfg, tok, None, seed_train, cfg.seed_epochs, cache, "seed", cfg.seed_lr,
+                                   cfg.seed_batch, select)
     seed_eval = _evaluate(probe, seed_params, test, cfg)
     seed_valid = probe.loss(seed_params, valid)
 
@@ -394,6 +438,7 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
         "rounds": cfg.rounds, "server_speakers": len(server_spk), "client_speakers": len(client_spk),
         "clients": main["clients"], "valid_utterances": len(valid), "test_utterances": len(test),
         "units": tok.vocab_size, "seed_model_s": seed_s, "total_s": time.perf_counter() - t_start,
+        **_seed_selection(cache, cfg.seed_select),
     }
     runs = {"ftl": main, "baseline": base, **{r["name"]: r for r in rows}}
     write_results(out, config=cfg.raw, seed=cfg.seed, metrics=metrics,
