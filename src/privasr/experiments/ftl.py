@@ -309,6 +309,14 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
     return params, time.perf_counter() - t0
 
 
+def _hold_out(by_spk: Mapping[str, Sequence[Any]], speakers: Sequence[str], every: int
+              ) -> tuple[list[Any], dict[str, list[Any]]]:
+    """Every ``every``-th utterance of each speaker held out: (the held-out utterances, the rest per speaker)."""
+    held = [e for s in speakers for i, e in enumerate(by_spk[s]) if i % every == every - 1]
+    kept = {s: [e for i, e in enumerate(by_spk[s]) if i % every != every - 1] for s in speakers}
+    return held, kept
+
+
 def _seed_selection(cache: Path, select: str) -> dict[str, Any]:
     """``seed_model_epoch`` and the held-out losses per epoch when the seed model's epoch was selected."""
     f = cache / "seed-epochs.json"
@@ -360,8 +368,7 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
         by_spk.setdefault(e.speaker, []).append(e)
     server_ex = [e for s in server_spk for e in by_spk[s]]
     every = cfg.data["valid_every"]
-    valid = [e for s in client_spk for i, e in enumerate(by_spk[s]) if i % every == every - 1]
-    client_ex = {s: [e for i, e in enumerate(by_spk[s]) if i % every != every - 1] for s in client_spk}
+    valid, client_ex = _hold_out(by_spk, client_spk, every)
     if not valid or not any(client_ex.values()):
         raise InputError(f"{len(client_spk)} client speakers leave no validation or no training utterances",
                          expected="more utterances per speaker or a larger valid_every")
@@ -371,8 +378,8 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     select = None
     seed_train = server_ex
     if cfg.seed_select == "best":
-        server_held = [e for s in server_spk for i, e in enumerate(by_spk[s]) if i % every == every - 1]
-        seed_train = [e for s in server_spk for i, e in enumerate(by_spk[s]) if i % every != every - 1]
+        server_held, server_kept = _hold_out(by_spk, server_spk, every)
+        seed_train = [e for s in server_spk for e in server_kept[s]]
         if not server_held or not seed_train:
             raise InputError(f"{len(server_spk)} server speakers leave no held-out or no training utterances",
                              expected="more utterances per speaker or a larger valid_every")
