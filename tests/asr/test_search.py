@@ -18,6 +18,7 @@ from privasr.asr.search import (  # noqa: E402
     ctc_prefix_beam_search,
     decode,
     decode_to_jsonl,
+    joint_rescore,
     seq2seq_beam_search,
     seq2seq_greedy,
     to_nbest,
@@ -209,6 +210,54 @@ def test_joint_model_decodes_with_either_head():
     feats = [np.ones((5, 8), np.float32)]
     assert decode(m, TOK, feats, ["u"], head="ctc", method="greedy")[0].meta["search"] == "ctc-greedy"
     assert decode(m, TOK, feats, ["u"], method="greedy")[0].meta["search"] == "attention-greedy"
+    nb = decode(m, TOK, feats, ["u"], head="joint", method="beam", beam=3)[0]
+    assert nb.meta == {"search": "joint-beam", "beam": 3, "ctc_weight": 0.5}
+    assert [h.scores["total"] for h in nb] == sorted((h.scores["total"] for h in nb), reverse=True)
+
+
+def test_joint_rescore_is_the_weighted_sum_of_both_heads():
+    m = _seq2seq(ctc_weight=0.3)
+    x, n = _batch()
+    beams = seq2seq_beam_search(m, x, n, beam=4, max_len=6)
+    with torch.inference_mode():
+        lp, ln = m.ctc_log_probs(x, n)
+    for w in (0.0, 0.3, 1.0):
+        out = joint_rescore(m, x, n, beams, ctc_weight=w)
+        for b, hs in enumerate(out):
+            assert sorted(h.units for h in hs) == sorted(h.units for h in beams[b])
+            assert [h.score for h in hs] == sorted((h.score for h in hs), reverse=True)
+            for h in hs:
+                t = int(ln[b])
+                nll = torch.nn.functional.ctc_loss(lp[b, :t, None].float(), torch.tensor([list(h.units) or [0]]),
+                                                   torch.tensor([t]), torch.tensor([len(h.units)]),
+                                                   reduction="sum")
+                ctc = -float(nll) if math.isfinite(float(nll)) else -1e9
+                assert h.score == pytest.approx((1 - w) * h.logprob + w * ctc, rel=1e-5, abs=1e-4)
+    # weight 0 keeps the attention order
+    assert [[h.units for h in hs] for hs in joint_rescore(m, x, n, beams, ctc_weight=0.0)] == \
+        [[h.units for h in sorted(hs, key=lambda h: (-h.logprob, h.units))] for hs in beams]
+
+
+def test_joint_rescore_penalises_units_the_frames_cannot_hold():
+    m = _seq2seq(ctc_weight=0.3)
+    x, n = _batch(lengths=(3,))
+    long_h = UnitHypothesis(tuple([4, 5] * 4), -1.0, -1.0)  # 8 units > 3 frames: no CTC alignment
+    short_h = UnitHypothesis((4,), -5.0, -5.0)
+    out = joint_rescore(m, x, n, [[long_h, short_h]], ctc_weight=0.5)[0]
+    assert out[0].units == (4,) and out[1].score < -1e8
+
+
+def test_joint_search_errors():
+    x, n = _batch()
+    feats = [np.ones((5, 8), np.float32)]
+    with pytest.raises(ConfigError, match="CTC head"):
+        decode(_seq2seq(), TOK, feats, ["u"], head="joint", method="beam")
+    with pytest.raises(ConfigError, match="method='beam'"):
+        decode(_seq2seq(ctc_weight=0.3), TOK, feats, ["u"], head="joint", method="greedy")
+    with pytest.raises(ConfigError, match="ctc_weight"):
+        joint_rescore(_seq2seq(ctc_weight=0.3), x, n, [[], [], []], ctc_weight=-0.1)
+    with pytest.raises(InputError, match="hypothesis lists"):
+        joint_rescore(_seq2seq(ctc_weight=0.3), x, n, [[]], ctc_weight=0.3)
 
 
 # ------------------------------------------------------------------------------------ overfitted models

@@ -38,6 +38,11 @@ def _cfg(**over):
         ({"ftl": {"weighting": "loss"}}, "weighting"),
         ({"model": {"preset": "huge"}}, "preset"),
         ({"eval": {"method": "viterbi"}}, "eval.method"),
+        ({"eval": {"head": "both"}}, "eval.head"),
+        ({"eval": {"head": "attention"}}, "model.arch is 'ctc'"),
+        ({"eval": {"head": "ctc"}, "model": {"preset": "tiny", "arch": "seq2seq"}}, "no CTC head"),
+        ({"eval": {"method": "greedy", "head": "joint"}, "model": {"preset": "tiny", "arch": "seq2seq",
+                                                                  "ctc_weight": 0.3}}, "eval.method 'beam'"),
         ({"rounds": 0}, "rounds"),
         ({"colour": "red"}, "colour"),
         ({"seed_model": {"select": "first"}}, "seed_model.select"),
@@ -79,8 +84,16 @@ def test_a_small_run_writes_the_contract_and_resumes_to_the_same_result(tmp_path
     m = run_ftl(cfg, tmp_path / "o")
     for k in ("wer", "cer", "rounds_to_target", "rounds_to_target_baseline", "wer_baseline"):
         assert k in m
+    assert 0 <= m["mapsswe_p"] <= 1 and m["mapsswe_better"] in ("system", "baseline", "same")
     res = json.loads((tmp_path / "o" / "results.json").read_text())
     runs = res["runs"]
+    # the test's 1-best hypotheses are kept, and MAPSSWE compares the system's with the baseline's
+    from privasr.metrics.mapsswe import mapsswe
+
+    test = synthetic_corpus(6, 6, 2, seed=1)[1]
+    sig = mapsswe([u.words for u in test], [h.split() for h in runs["ftl"]["hypotheses"]],
+                  [h.split() for h in runs["baseline"]["hypotheses"]], ids=[f"{u.speaker}-{u.utt_id}" for u in test])
+    assert sig.p == m["mapsswe_p"] and len(runs["ftl"]["hypotheses"]) == len(test)
     assert set(runs) == {"ftl", "baseline", "groups+replay"} and runs["groups+replay"]["clients"] == 2
     assert len(runs["ftl"]["valid_loss"]) == 3
     # the target is the best validation loss of the baseline, which therefore reaches it
@@ -90,6 +103,22 @@ def test_a_small_run_writes_the_contract_and_resumes_to_the_same_result(tmp_path
     again = run_ftl(cfg, tmp_path / "o")
     assert {k: v for k, v in again.items() if not k.endswith("_s")} == \
         {k: v for k, v in m.items() if not k.endswith("_s")}
+
+
+def test_a_new_evaluation_reuses_the_trained_runs(tmp_path, monkeypatch):
+    from privasr.federated.algorithms.ftl import FtlAlgorithm
+
+    model = {"preset": "tiny", "arch": "seq2seq", "ctc_weight": 0.3}
+    first = run_ftl(_cfg(model=model, rounds=2, tables={}, eval={"head": "attention"}), tmp_path / "o")
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(FtlAlgorithm, "client_update", no_training)
+    for ev in ({"head": "ctc"}, {"method": "beam", "beam": 3, "head": "joint"}):
+        again = run_ftl(_cfg(model=model, rounds=2, tables={}, eval=ev, name="renamed"), tmp_path / "o")
+        assert again["valid_loss"] == first["valid_loss"] and again["target_loss"] == first["target_loss"]
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["config"]["eval"]["head"] == "joint"
 
 
 def test_cli_runs_with_overrides(tmp_path):

@@ -19,6 +19,10 @@ natural-log probability the model gives them, the search's ranking score):
   probabilities of ending in blank / non-blank, so all alignments of a prefix are merged; ``logprob`` =
   ``ln(p_blank + p_nonblank)`` at the last frame (exact when nothing was pruned, a lower bound otherwise).
 
+* :func:`joint_rescore` -- joint CTC/attention scoring (Watanabe et al. 2017) of attention beam hypotheses:
+  ``score = (1 - w) * ln P_att(units | X) + w * ln P_ctc(units | X)``, the CTC term exact (forward algorithm), so a
+  hypothesis the encoder's alignment cannot support (a looping or truncated attention output) falls behind.
+
 Utterance level: :func:`decode` runs one of them over feature arrays and returns
 :class:`~privasr.corpus.records.NBest` lists with the conventions of :mod:`privasr.asr.decode`: the words come
 from the tokenizer, hypotheses spelling the same words are merged (the best kept), the list is sorted best
@@ -72,6 +76,7 @@ __all__ = [
     "ctc_greedy",
     "ctc_prefix_beam_search",
     "ctc_beam_search",
+    "joint_rescore",
     "to_nbest",
     "decode",
     "write_nbest_jsonl",
@@ -407,6 +412,47 @@ def ctc_beam_search(model: AcousticModel, feats: torch.Tensor, lengths: torch.Te
             for b in range(lp.shape[0])]
 
 
+IMPOSSIBLE_CTC = -1e9
+"""The CTC log-probability given to units no alignment over the frames can produce (too many for the frames)."""
+
+
+def joint_rescore(model: AcousticModel, feats: torch.Tensor, lengths: torch.Tensor,
+                  hyps: Sequence[Sequence[UnitHypothesis]], *, ctc_weight: float) -> list[list[UnitHypothesis]]:
+    """Re-rank each utterance's hypotheses by ``(1 - ctc_weight) * logprob + ctc_weight * ln P_ctc(units | X)``
+    (the model's CTC head: a :class:`~privasr.asr.models.Seq2SeqModel` with ``ctc_weight > 0``); ``logprob`` is
+    kept, ``score`` becomes the joint score, and the lists come back sorted by it, best first.
+
+    >>> from privasr.asr.models import AcousticConfig, build_model
+    >>> m = build_model(AcousticConfig.preset("tiny", input_dim=2, vocab_size=6, ctc_weight=0.3), seed=0)
+    >>> x, n = torch.randn(1, 6, 2), torch.tensor([6])
+    >>> out = joint_rescore(m, x, n, seq2seq_beam_search(m, x, n, beam=3, max_len=4), ctc_weight=0.3)[0]
+    >>> [h.score for h in out] == sorted((h.score for h in out), reverse=True)
+    True
+    >>> joint_rescore(m, x, n, [[]], ctc_weight=1.5)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: ctc_weight=1.5 (expected a number in [0, 1])
+    """
+    w = _check_float(ctc_weight, "ctc_weight", 0.0)
+    if w > 1:
+        raise ConfigError(f"ctc_weight={ctc_weight!r}", expected="a number in [0, 1]")
+    if len(hyps) != feats.shape[0]:
+        raise InputError(f"{len(hyps)} hypothesis lists for {feats.shape[0]} utterances", expected="one per utterance")
+    with _evaluating(model):
+        lp, n = _ctc_log_probs(model, feats, lengths)
+    out = []
+    for b, hs in enumerate(hyps):
+        frames = lp[b, : int(n[b])]
+        rescored = []
+        for h in hs:
+            c = _ctc_sequence_logprob(frames, h.units)
+            c = c if math.isfinite(c) else IMPOSSIBLE_CTC
+            rescored.append(UnitHypothesis(h.units, h.logprob, (1.0 - w) * h.logprob + w * c, h.finished))
+        rescored.sort(key=lambda h: (-h.score, h.units))
+        out.append(rescored)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- N-best
 
 
@@ -438,7 +484,7 @@ def to_nbest(utt_id: str, hyps: Sequence[UnitHypothesis], tokenizer: Tokenizer, 
 
 
 Method = Literal["greedy", "beam"]
-Head = Literal["auto", "attention", "ctc"]
+Head = Literal["auto", "attention", "ctc", "joint"]
 
 
 def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], utt_ids: Sequence[str], *,
@@ -446,12 +492,14 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
            batch_size: int = 16, max_len: int | None = None, max_len_ratio: float = 1.0,
            length_norm: float = 0.0, length_penalty: float = 0.0, unit_beam: int | None = None,
            refs: Sequence[Sequence[str]] | None = None, speakers: Sequence[str] | None = None,
-           clients: Sequence[str] | None = None) -> list[NBest]:
+           clients: Sequence[str] | None = None, ctc_weight: float | None = None) -> list[NBest]:
     """Decode feature arrays ``[T_i, F]`` into one :class:`NBest` per utterance (in input order).
 
     ``head="auto"`` searches with the attention decoder of a :class:`~privasr.asr.models.Seq2SeqModel` and
     with the CTC output of a :class:`~privasr.asr.models.CtcModel`; ``"ctc"`` uses the CTC head of a joint
-    model. ``method="greedy"`` gives one hypothesis per utterance; ``"beam"`` up to ``nbest`` (default
+    model; ``"joint"`` (beam only) re-ranks the attention beam by :func:`joint_rescore` with ``ctc_weight``
+    (default: the weight the model was trained with; ``scores["total"]`` is the joint score, ``scores["am"]``
+    the attention log-probability). ``method="greedy"`` gives one hypothesis per utterance; ``"beam"`` up to ``nbest`` (default
     ``beam``). The other options go to the search functions of this module. ``refs``, ``speakers`` and
     ``clients`` (one per utterance) are attached to the lists.
 
@@ -476,16 +524,25 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
             raise InputError(f"{len(extra)} {name} for {len(feats)} utterances", expected="one per utterance")
     if method not in ("greedy", "beam"):
         raise ConfigError(f"method={method!r}", expected="'greedy' or 'beam'")
-    if head not in ("auto", "attention", "ctc"):
-        raise ConfigError(f"head={head!r}", expected="'auto', 'attention' or 'ctc'")
+    if head not in ("auto", "attention", "ctc", "joint"):
+        raise ConfigError(f"head={head!r}", expected="'auto', 'attention', 'ctc' or 'joint'")
+    joint = head == "joint"
+    if joint:
+        if method != "beam":
+            raise ConfigError("head='joint' with method='greedy'", expected="method='beam' (joint scoring re-ranks "
+                              "the attention beam)")
+        if not isinstance(model, Seq2SeqModel) or not model.config.ctc_weight:
+            raise ConfigError(f"head='joint' needs a seq2seq model with a CTC head, got {type(model).__name__}",
+                              expected="a Seq2SeqModel with ctc_weight > 0")
+        ctc_weight = model.config.ctc_weight if ctc_weight is None else ctc_weight
     batch_size = _check_int(batch_size, "batch_size")
     if method == "beam":
         beam, nbest = _beam_args(beam, nbest)
     use_ctc = isinstance(model, CtcModel) if head == "auto" else head == "ctc"
     if not use_ctc:
         _seq2seq(model)
-    search = ("ctc-" if use_ctc else "attention-") + ("greedy" if method == "greedy" else "beam")
-    with_total = not use_ctc and method == "beam" and (length_norm != 0 or length_penalty != 0)
+    search = ("ctc-" if use_ctc else "joint-" if joint else "attention-") + ("greedy" if method == "greedy" else "beam")
+    with_total = joint or (not use_ctc and method == "beam" and (length_norm != 0 or length_penalty != 0))
     out: list[NBest] = []
     for start in range(0, len(feats), batch_size):
         chunk = feats[start: start + batch_size]
@@ -498,12 +555,16 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
         elif method == "greedy":
             results = [[h] for h in seq2seq_greedy(model, x, n, max_len=max_len, max_len_ratio=max_len_ratio)]
         else:
-            results = seq2seq_beam_search(model, x, n, beam=beam, nbest=nbest, max_len=max_len,
+            results = seq2seq_beam_search(model, x, n, beam=beam, nbest=beam if joint else nbest, max_len=max_len,
                                           max_len_ratio=max_len_ratio, length_norm=length_norm,
                                           length_penalty=length_penalty)
+            if joint:
+                results = [r[:nbest] for r in joint_rescore(model, x, n, results,
+                                                            ctc_weight=float(ctc_weight))]  # type: ignore[arg-type]
         for j, hyps in enumerate(results):
             k = start + j
-            meta = {"search": search, **({"beam": beam} if method == "beam" else {})}
+            meta = {"search": search, **({"beam": beam} if method == "beam" else {}),
+                    **({"ctc_weight": ctc_weight} if joint else {})}
             out.append(to_nbest(ids[k], hyps, tokenizer, ref=None if refs is None else refs[k],
                                 speaker=None if speakers is None else speakers[k],
                                 client=None if clients is None else clients[k], with_total=with_total, meta=meta))

@@ -24,10 +24,14 @@
    is the system's), plus the rows of ``tables.variants``.
    ``rounds`` rounds of ``federated.sampler`` (default: 7 clients sampled with replacement) on
    ``federated.backend``; checkpointed per run in ``OUT/checkpoint/<name>`` and resumed.
-5. **Evaluation**: the validation loss after every round; WER and CER of ``eval.method`` decoding on the test
-   speakers after the last round. ``target_loss: auto`` is the best validation loss the baseline reaches in its
-   ``rounds`` rounds; ``rounds_to_target`` is the first round (1-based) at which a run's validation loss is at or
-   below it (``null`` if never).
+5. **Evaluation**: the validation loss after every round; WER and CER of ``eval.method`` (``greedy`` or
+   ``beam`` with ``eval.beam``) decoding on the test speakers after the last round, with ``eval.head``
+   (:func:`privasr.asr.search.decode`: ``auto``; ``attention`` or ``ctc`` for a seq2seq model with a CTC head;
+   ``joint``: the attention beam re-ranked with the CTC head's score), and MAPSSWE of the system's test 1-best
+   against the baseline's (``mapsswe_p``). Evaluation settings, the name and the table rows are not part of a
+   run's checkpoint key, so changing them re-evaluates the trained models. ``target_loss: auto`` is the best
+   validation loss the baseline reaches in its ``rounds`` rounds; ``rounds_to_target`` is the first round
+   (1-based) at which a run's validation loss is at or below it (``null`` if never).
 6. ``centralised`` (optional): the lower bound (the same network trained centrally on every training speaker
    from scratch) and centralised online training of the seed model on the client speakers' data, each for
    ``centralised.epochs`` Adam epochs.
@@ -163,9 +167,17 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
     central = None
     if cen is not None:
         central = _int(_mapping(cen, "centralised", ("epochs",)).get("epochs", seed_epochs), "centralised.epochs", 1)
-    ev = _mapping(raw.get("eval", {}), "eval", ("method", "beam"))
+    ev = _mapping(raw.get("eval", {}), "eval", ("method", "beam", "head"))
     method = _str(ev.get("method", "greedy"), "eval.method", ("greedy", "beam"))
-    opts = {"beam": _int(ev.get("beam", 8), "eval.beam", 1)} if method == "beam" else {}
+    opts: dict[str, Any] = {"beam": _int(ev.get("beam", 8), "eval.beam", 1)} if method == "beam" else {}
+    head = opts["head"] = _str(ev.get("head", "auto"), "eval.head", ("auto", "attention", "ctc", "joint"))
+    if head in ("ctc", "joint") and model.arch == "seq2seq" and not model.ctc_weight:
+        raise ConfigError(f"eval.head is '{head}' but the seq2seq model has no CTC head",
+                          expected="model.ctc_weight > 0, or eval.head 'auto'/'attention'")
+    if head in ("attention", "joint") and model.arch == "ctc":
+        raise ConfigError(f"eval.head is '{head}' but model.arch is 'ctc'", expected="eval.head 'auto' or 'ctc'")
+    if head == "joint" and method != "beam":
+        raise ConfigError("eval.head is 'joint' with eval.method 'greedy'", expected="eval.method 'beam'")
     resolved = {**raw, "ftl": ftl.to_dict(), "baseline": base.to_dict(), "model": model.to_dict(),
                 "data": data, "units": units}
     return FtlRunConfig(name, seed, data, units, model, seed_epochs, seed_lr, seed_batch, key, groups, rounds,
@@ -331,7 +343,25 @@ def _evaluate(alg: Any, params: Mapping[str, np.ndarray], test: Sequence[Any], c
 
     model = alg.load(params)
     ev = evaluate(model, alg.tokenizer, test, method=cfg.eval_method, **cfg.eval_options)
-    return {"wer": ev.wer.wer, "cer": ev.cer.wer, "test_loss": alg.loss(params, test)}
+    return {"wer": ev.wer.wer, "cer": ev.cer.wer, "test_loss": alg.loss(params, test),
+            "hypotheses": [" ".join(nb.best.words) for nb in ev.nbest]}
+
+
+def _significance(test: Sequence[Any], a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """MAPSSWE (sclite's segments, grouped by test speaker) of run ``a``'s 1-best against run ``b``'s."""
+    from privasr.metrics.mapsswe import mapsswe
+
+    r = mapsswe([e.words for e in test], [h.split() for h in a["hypotheses"]], [h.split() for h in b["hypotheses"]],
+                ids=[f"{e.speaker}-{e.utt_id}" for e in test])
+    return {"mapsswe_p": r.p, "mapsswe_z": r.z, "mapsswe_better": {"A": "system", "B": "baseline"}.get(r.better,
+                                                                                                      r.better)}
+
+
+def _training_key(cfg: FtlRunConfig) -> dict[str, Any]:
+    """The parts of the resolved config a federated run's training depends on (its checkpoint key): not the
+    name, the evaluation, the other table rows or the centralised rows, so a run can be re-evaluated, renamed
+    or given more rows without retraining."""
+    return {k: v for k, v in cfg.raw.items() if k not in ("name", "eval", "tables", "centralised")}
 
 
 def _rounds_to(losses: Sequence[float], target: float) -> int | None:
@@ -407,7 +437,8 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
         res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
                      checkpoint_dir=out / "checkpoint" / name, on_round=on_round, rounds=cfg.rounds,
                      sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients,
-                     key={"experiment": cfg.raw, "variant": name, "clients": key})
+                     key={"experiment": _training_key(cfg), "variant": name, "ftl": ftl_cfg.to_dict(),
+                          "clients": key})
         losses = [float(h.metrics["valid_loss"]) for h in res.history]
         ev = _evaluate(alg, res.state["params"], test, cfg)
         return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),
@@ -439,7 +470,8 @@ def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     metrics: dict[str, Any] = {
         "wer": main["wer"], "cer": main["cer"], "rounds_to_target": r_main, "rounds_to_target_baseline": r_base,
         "rounds_ratio": (r_base / r_main) if (r_main and r_base) else None,
-        "wer_baseline": base["wer"], "cer_baseline": base["cer"], "target_loss": target,
+        "wer_baseline": base["wer"], "cer_baseline": base["cer"], **_significance(test, main, base),
+        "target_loss": target,
         "valid_loss": main["valid_loss"][-1], "valid_loss_baseline": base["valid_loss"][-1],
         "wer_seed": seed_eval["wer"], "cer_seed": seed_eval["cer"], "valid_loss_seed": seed_valid,
         "rounds": cfg.rounds, "server_speakers": len(server_spk), "client_speakers": len(client_spk),
@@ -482,6 +514,8 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
                      f"{_pct(r['wer'])} | {_pct(r['cer'])} |")
     ratio = m["rounds_ratio"]
     lines += ["", f"Rounds to target: {m['rounds_to_target']} vs {m['rounds_to_target_baseline']} for the baseline"
-              + (f" ({ratio:.2f}x fewer)." if ratio else "."), "",
-              f"privasr {__version__}. WER on words, CER on characters with the word boundary as a character."]
+              + (f" ({ratio:.2f}x fewer)." if ratio else "."),
+              f"Test WER, system against baseline: MAPSSWE p = {m['mapsswe_p']:.3g} (better: {m['mapsswe_better']}).",
+              "", f"Decoding: {cfg.eval_method}, {cfg.eval_options}. privasr {__version__}. WER on words, CER on "
+              "characters with the word boundary as a character."]
     return "\n".join(lines) + "\n"
