@@ -110,6 +110,20 @@ def test_classifier_confidences_are_cross_fitted_and_reported(corpus, tmp_path):
     assert "Reliability diagram" in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_the_reference_text_oracle_trains_on_the_dev_references(corpus, tmp_path):
+    from privasr.corpus.formats.nbest_jsonl import read_nbest
+
+    raw = _raw(corpus, tmp_path, compare_all=False, rounds=1, **{"data.client_text": "reference"})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    info = json.loads((tmp_path / "out" / "results.json").read_text())["data_info"]
+    refs = [nb.ref for nb in read_nbest(corpus / "nbest" / "test.jsonl") if nb.ref]
+    assert info["client_text"] == "reference" and info["words"] == sum(len(r) for r in refs)
+    first_pass = run_fedlm(load_fedlm_config(_raw(corpus, tmp_path, compare_all=False, rounds=1)), tmp_path / "fp")
+    assert m["ppl"] != first_pass["ppl"] and m["ppl_baseline"] == first_pass["ppl_baseline"]
+    with pytest.raises(ConfigError, match="data.client_text"):
+        load_fedlm_config(_raw(corpus, tmp_path, **{"data.client_text": "gold"}))
+
+
 def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
     pytest.importorskip("dp_accounting")
     from privasr.privacy.dp.accounting import epsilon_for
@@ -209,9 +223,9 @@ def _tar(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def earnings(tmp_path_factory, corpus) -> Path:
-    d = tmp_path_factory.mktemp("e21")
+def _earnings_fixture(d: Path, error_rate: float = 0.0) -> Path:
+    """Four calls of 30 six-word utterances; with ``error_rate``, that share of the CTM words is the word
+    "quarterback" in place of the reference word (same confidence distribution: only the word tells)."""
     rng = np.random.default_rng(0)
     ctms, nlps = {}, {}
     for call in ("100", "200", "300", "400"):
@@ -220,7 +234,8 @@ def earnings(tmp_path_factory, corpus) -> Path:
         for _ in range(30):
             words = [_WORDS[int(i)] for i in rng.integers(0, len(_WORDS), size=6)]
             for w in words:
-                lines.append(f"{call} A {t:.2f} 0.20 {w.upper()} {rng.uniform(0.3, 1.0):.2f}")
+                said = "quarterback" if rng.uniform() < error_rate else w
+                lines.append(f"{call} A {t:.2f} 0.20 {said.upper()} {rng.uniform(0.3, 1.0):.2f}")
                 rows.append(f"{w.capitalize()}|0||||LC|[]|[]")
                 t += 0.25
             rows[-1] = rows[-1].replace("||||", "|||.|")
@@ -231,7 +246,18 @@ def earnings(tmp_path_factory, corpus) -> Path:
     _tar(d / "ctm.tar.xz", ctms)
     _tar(d / "refs.tar.xz", nlps)
     (d / "eval.csv").write_text("file_id,company_name\n400,Acme\n")
+    (d / "background.txt").write_text(" ".join(_WORDS) + "\n")
     return d
+
+
+@pytest.fixture(scope="module")
+def earnings(tmp_path_factory) -> Path:
+    return _earnings_fixture(tmp_path_factory.mktemp("e21"))
+
+
+@pytest.fixture(scope="module")
+def earnings_noisy(tmp_path_factory) -> Path:
+    return _earnings_fixture(tmp_path_factory.mktemp("e21-noisy"), error_rate=0.3)
 
 
 def _e21_raw(earnings: Path, corpus: Path, tmp: Path, **over) -> dict:
@@ -277,6 +303,32 @@ def test_earnings21_calibration_calls_leave_the_clients_and_are_reported(earning
     assert res["data_info"]["mean_confidence"] > 0.9
     with pytest.raises(ConfigError, match="calibrate_calls"):
         load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "data", "calibrate_calls": 2}))
+
+
+def test_earnings21_ctm_classifier_learns_what_the_confidences_miss(earnings_noisy, corpus, tmp_path):
+    pytest.importorskip("sklearn")
+    raw = _e21_raw(earnings_noisy, corpus, tmp_path, tables={}, compare_all=False, rounds=1,
+                   confidence={"source": "classifier", "calibrate_calls": 1,
+                               "background": str(earnings_noisy / "background.txt")})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert m["clients"] == 2 and res["data_info"]["calibration_calls"] == ["100"]
+    conf = res["confidence"]
+    assert conf["method"] == "ctm classifier" and conf["classifier"]["feature_names"][0] == "confidence"
+    # the CTM confidences carry no signal here; the word's absence from the background text does
+    assert m["auc_raw"] < 0.6 and m["auc"] > 0.95
+    assert 0.6 < res["data_info"]["mean_confidence"] < 0.8  # about 70% of the client words are right
+
+
+def test_earnings21_classifier_config_errors(earnings, corpus, tmp_path):
+    with pytest.raises(ConfigError, match="calibrate_calls"):
+        load_fedlm_config(_e21_raw(earnings, corpus, tmp_path, confidence={"source": "classifier"}))
+    with pytest.raises(ConfigError, match="confidence.background"):
+        load_fedlm_config(_e21_raw(earnings, corpus, tmp_path,
+                                   confidence={"source": "data", "background": "gutenberg"}))
+    cfg = load_fedlm_config(_e21_raw(earnings, corpus, tmp_path,
+                                     confidence={"source": "classifier", "calibrate_calls": 1}))
+    assert cfg.confidence["background"] == str(corpus / "text" / "background.txt")  # the NNLM's training text
 
 
 def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):

@@ -64,6 +64,7 @@ from privasr.confidence.calibration import (
     require_sklearn,
     roc_auc,
 )
+from privasr.confidence.ctm import CTM_FEATURE_NAMES
 from privasr.confidence.features import FEATURE_NAMES, labels_many, stack, word_features_many
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
@@ -83,6 +84,8 @@ DEFAULT_PARAMS: Mapping[str, Mapping[str, Any]] = {
 """scikit-learn hyper-parameters of each kind (``params`` of :meth:`ConfidenceModel.fit` overrides them)."""
 
 FORMAT = "privasr-confidence-model"
+KNOWN_FEATURES = (list(FEATURE_NAMES), list(CTM_FEATURE_NAMES))
+"""The feature sets a saved model may have been trained on (:meth:`ConfidenceModel.load` accepts these)."""
 _FORMAT_VERSION = 1
 _CHUNK = 4096
 
@@ -125,7 +128,7 @@ class _Trees:
         for child in (self.left, self.right):  # children after their parent, inside its tree: no cycles
             if ((child[inner] <= idx[inner]) | (child[inner] >= tree_end[inner])).any():
                 raise InputError("confidence model trees have invalid child indices")
-        if ((self.feature[inner] < 0) | (self.feature[inner] >= len(FEATURE_NAMES))).any():
+        if (self.feature[inner] < 0).any():
             raise InputError("confidence model trees split on unknown features")
         depth = np.zeros(n, dtype=np.int64)
         for i in np.flatnonzero(inner):
@@ -192,7 +195,7 @@ class _Network:
     biases: tuple[np.ndarray, ...]
 
     def __post_init__(self) -> None:
-        f = len(FEATURE_NAMES)
+        f = self.mean.size
         if self.mean.shape != (f,) or self.scale.shape != (f,) or not self.weights:
             raise InputError("confidence model network has inconsistent array sizes")
         if len(self.weights) != len(self.biases):
@@ -402,7 +405,8 @@ class ConfidenceModel:
     """
 
     def __init__(self, kind: str, predictor: _Trees | _Network, iso_x: np.ndarray | None, iso_y: np.ndarray | None,
-                 *, uses_lm: bool, posterior_scale: float, info: Mapping[str, Any]) -> None:
+                 *, uses_lm: bool, posterior_scale: float, info: Mapping[str, Any],
+                 feature_names: Sequence[str] = FEATURE_NAMES) -> None:
         if kind not in KINDS:
             raise InputError(f"unknown confidence classifier kind {kind!r}", expected=" or ".join(KINDS))
         if (iso_x is None) != (iso_y is None):
@@ -416,7 +420,17 @@ class ConfidenceModel:
                 raise InputError("confidence model's isotonic map is not increasing within [0, 1]")
         if not math.isfinite(posterior_scale) or posterior_scale < 0:
             raise InputError(f"confidence model posterior scale {posterior_scale!r}", expected="a number >= 0")
+        names = tuple(feature_names)
+        if isinstance(predictor, _Trees):
+            inner = predictor.feature[~predictor.leaf]
+            if inner.size and int(inner.max()) >= len(names):
+                raise InputError("confidence model trees split on unknown features",
+                                 expected=f"feature indices below {len(names)}")
+        elif predictor.mean.size != len(names):
+            raise InputError("confidence model network has inconsistent array sizes",
+                             expected=f"{len(names)} input features")
         self.kind = kind
+        self.feature_names = names
         self._predictor = predictor
         self._iso_x, self._iso_y = iso_x, iso_y
         self.uses_lm = bool(uses_lm)
@@ -451,15 +465,52 @@ class ConfidenceModel:
             posterior_scale: scale of the ``total`` scores in the word posterior.
             params: scikit-learn hyper-parameters overriding :data:`DEFAULT_PARAMS`.
         """
+        nbests = list(nbests)
+        _check_params(kind, params)
+        ys = labels_many(nbests)
+        feats = word_features_many(nbests, lm, posterior_scale=posterior_scale)
+        model = cls.fit_features([stack([f]) for f in feats], ys, feature_names=FEATURE_NAMES, kind=kind, seed=seed,
+                                 calibrate=calibrate, calibration_fraction=calibration_fraction, params=params)
+        model.uses_lm = lm is not None
+        model.posterior_scale = float(posterior_scale)
+        model.info.update(posterior_scale=float(posterior_scale), uses_lm=lm is not None,
+                          data_sha256=_fingerprint(nbests))
+        return model
+
+    @classmethod
+    def fit_features(cls, features: Sequence[np.ndarray], labels: Sequence[np.ndarray], *,
+                     feature_names: Sequence[str], kind: str = "gbm", seed: int = 0, calibrate: bool = True,
+                     calibration_fraction: float = 0.2, params: Mapping[str, Any] | None = None) -> ConfidenceModel:
+        """Train on per-utterance feature matrices ``[words, len(feature_names)]`` and word labels (``True`` =
+        correct), splitting utterances for calibration as :meth:`fit` does; for feature sets other than the
+        N-best one (e.g. :mod:`privasr.confidence.ctm`). Predict with :meth:`predict_features`.
+
+        >>> g = np.random.default_rng(0)
+        >>> x = [g.normal(size=(5, 2)) for _ in range(60)]
+        >>> y = [r[:, 0] + 0.5 * g.normal(size=5) > 0 for r in x]
+        >>> m = ConfidenceModel.fit_features(x, y, feature_names=("a", "b"), params={"max_iter": 20})
+        >>> m.feature_names, m.predict_features(np.array([[2.0, 0.0], [-2.0, 0.0]])).round(1).tolist()[0] > 0.5
+        (('a', 'b'), True)
+        """
         p = _check_params(kind, params)
         require_sklearn()
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ConfigError(f"seed={seed!r}", expected="an integer >= 0")
         if calibrate and not 0.0 < calibration_fraction < 1.0:
             raise ConfigError(f"calibration_fraction={calibration_fraction!r}", expected="a number in (0, 1)")
-        nbests = list(nbests)
-        ys = labels_many(nbests)
-        feats = word_features_many(nbests, lm, posterior_scale=posterior_scale)
+        names = tuple(feature_names)
+        feats = []
+        for i, f in enumerate(features):
+            f = np.asarray(f, dtype=np.float64)
+            if f.size == 0:
+                f = np.zeros((0, len(names)))
+            if f.ndim != 2 or f.shape[1] != len(names):
+                raise InputError(f"utterance {i}: feature matrix of shape {f.shape}",
+                                 expected=f"[words, {len(names)}] (one column per feature name)")
+            feats.append(f)
+        ys = [np.asarray(y, dtype=bool) for y in labels]
+        if len(feats) != len(ys) or any(len(f) != len(y) for f, y in zip(feats, ys, strict=False)):
+            raise InputError("features and labels differ in utterances or words", expected="one label per word")
         usable = np.array([i for i, f in enumerate(feats) if len(f)], dtype=np.int64)
         if usable.size < (2 if calibrate else 1):
             raise InputError(f"{usable.size} utterance(s) with 1-best words",
@@ -468,7 +519,7 @@ class ConfidenceModel:
         perm = usable[rng.permutation(usable.size)]
         n_cal = min(max(1, round(calibration_fraction * usable.size)), usable.size - 1) if calibrate else 0
         cal, train = np.sort(perm[:n_cal]), np.sort(perm[n_cal:])
-        x_tr = stack([feats[i] for i in train])
+        x_tr = np.concatenate([feats[i] for i in train])
         y_tr = np.concatenate([ys[i] for i in train])
         if y_tr.all() or not y_tr.any():
             raise InputError(f"all {y_tr.size} training words are {'correct' if y_tr.all() else 'incorrect'}",
@@ -477,7 +528,7 @@ class ConfidenceModel:
         iso_x = iso_y = None
         y_cal = np.zeros(0, dtype=bool)
         if calibrate:
-            x_cal = stack([feats[i] for i in cal])
+            x_cal = np.concatenate([feats[i] for i in cal])
             y_cal = np.concatenate([ys[i] for i in cal])
             # one pseudo-word of the opposite class at each end keeps the map strictly inside (0, 1)
             iso_x, iso_y = fit_isotonic(_sigmoid(predictor.logit(x_cal)), y_cal)
@@ -486,14 +537,13 @@ class ConfidenceModel:
         info = {
             "kind": kind, "seed": int(seed), "params": p, "calibrate": bool(calibrate),
             "calibration_fraction": float(calibration_fraction) if calibrate else 0.0,
-            "posterior_scale": float(posterior_scale), "uses_lm": lm is not None,
-            "feature_names": list(FEATURE_NAMES),
+            "feature_names": list(names),
             "n_train_utterances": int(train.size), "n_train_words": int(y_tr.size),
             "train_base_rate": float(y_tr.mean()),
             "n_calibration_utterances": int(cal.size), "n_calibration_words": int(y_cal.size),
-            "data_sha256": _fingerprint(nbests), "sklearn_version": sklearn.__version__,
+            "sklearn_version": sklearn.__version__,
         }
-        return cls(kind, predictor, iso_x, iso_y, uses_lm=lm is not None, posterior_scale=posterior_scale, info=info)
+        return cls(kind, predictor, iso_x, iso_y, uses_lm=False, posterior_scale=1.0, info=info, feature_names=names)
 
     # ---------------------------------------------------------------- prediction
 
@@ -505,10 +555,11 @@ class ConfidenceModel:
             raise InputError("this confidence model was trained without LM features", expected="no language model")
 
     def predict_features(self, x: np.ndarray, *, calibrated: bool = True) -> np.ndarray:
-        """Confidences for a feature matrix ``[words, len(FEATURE_NAMES)]`` (raw probabilities if not calibrated)."""
+        """Confidences for a feature matrix ``[words, len(self.feature_names)]`` (raw probabilities if not
+        calibrated)."""
         x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != len(FEATURE_NAMES):
-            raise InputError(f"feature matrix of shape {x.shape}", expected=f"[words, {len(FEATURE_NAMES)}]")
+        if x.ndim != 2 or x.shape[1] != len(self.feature_names):
+            raise InputError(f"feature matrix of shape {x.shape}", expected=f"[words, {len(self.feature_names)}]")
         p = _sigmoid(self._predictor.logit(x)) if x.shape[0] else np.zeros(0)
         if calibrated and self._iso_x is not None:
             p = np.interp(p, self._iso_x, self._iso_y)
@@ -517,6 +568,9 @@ class ConfidenceModel:
     def predict_many(self, nbests: Sequence[NBest], lm: LanguageModel | None = None, *,
                      calibrated: bool = True) -> list[np.ndarray]:
         """:meth:`predict` for many N-best lists (features batched)."""
+        if self.feature_names != FEATURE_NAMES:
+            raise InputError("this confidence model was trained on other features than the N-best ones",
+                             expected=f"a model of the features {', '.join(FEATURE_NAMES)}")
         self._check_lm(lm)
         feats = word_features_many(nbests, lm, posterior_scale=self.posterior_scale)
         flat = self.predict_features(stack(feats), calibrated=calibrated)
@@ -544,7 +598,7 @@ class ConfidenceModel:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         meta = {"format": FORMAT, "version": _FORMAT_VERSION, "kind": self.kind, "uses_lm": self.uses_lm,
-                "posterior_scale": self.posterior_scale, "feature_names": list(FEATURE_NAMES),
+                "posterior_scale": self.posterior_scale, "feature_names": list(self.feature_names),
                 "calibrated": self.calibrated, "info": self.info}
         arrays = {f"clf_{k}": v for k, v in self._predictor.arrays().items()}
         if self._iso_x is not None:
@@ -573,16 +627,18 @@ class ConfidenceModel:
             if meta.get("version") != _FORMAT_VERSION:
                 raise InputError(f"confidence model format version {meta.get('version')!r}",
                                  expected=f"version {_FORMAT_VERSION}")
-            if meta.get("feature_names") != list(FEATURE_NAMES):
+            names = meta.get("feature_names")
+            if names not in KNOWN_FEATURES:
                 raise InputError("confidence model was trained on other features",
-                                 expected=f"the features {', '.join(FEATURE_NAMES)}")
+                                 expected="the N-best or the CTM feature set")
             kind = meta["kind"]
             clf = {k[4:]: v for k, v in arrays.items() if k.startswith("clf_")}
             predictor: _Trees | _Network = _Trees.from_arrays(clf) if kind == "gbm" else _Network.from_arrays(clf)
             iso_x = _floats(arrays["iso_x"]) if meta["calibrated"] else None
             iso_y = _floats(arrays["iso_y"]) if meta["calibrated"] else None
             return cls(kind, predictor, iso_x, iso_y, uses_lm=bool(meta["uses_lm"]),
-                       posterior_scale=float(meta["posterior_scale"]), info=dict(meta.get("info") or {}))
+                       posterior_scale=float(meta["posterior_scale"]), info=dict(meta.get("info") or {}),
+                       feature_names=names)
         except InputError as e:
             raise e.at(p) from None
         except (KeyError, TypeError, ValueError, IndexError, json.JSONDecodeError) as e:

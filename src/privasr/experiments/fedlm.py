@@ -16,9 +16,16 @@
      :func:`~privasr.experiments.text.earnings21_reference_sentences`); the other calls are the clients. The
      CTM confidences are used as given, or -- ``confidence.calibrate_calls: N`` -- mapped by an isotonic
      regression fitted on the first ``N`` client calls with references (which then stop being clients: a
-     small labelled set on the server side). Their calibration (ECE, AUC; raw and calibrated) is measured on
-     the evaluation calls' CTM words aligned to the references (jiwer, whole calls).
-   * ``data.kind: nbest``: the 1-best of every ``data.dev`` N-best list is client text; ``data.test`` is
+     small labelled set on the server side); with ``confidence.source: classifier`` those calls instead train
+     a word-confidence classifier (``confidence.kind``, isotonic-calibrated) on CTM features
+     (:mod:`privasr.confidence.ctm`: the decoder's confidences, durations, pauses, and word frequencies in
+     ``confidence.background``, a text source or file the server holds; default the NNLM's training text),
+     which then gives every client word its confidence (each client computes it on device). Their calibration
+     (ECE, AUC; raw and calibrated or predicted) is measured on the evaluation calls' CTM words aligned to
+     the references (jiwer, whole calls).
+   * ``data.kind: nbest``: the 1-best of every ``data.dev`` N-best list is client text (``data.client_text:
+     reference`` trains on the dev references instead: an oracle, the most the same amount of clean in-domain
+     text could give, never a result of the method); ``data.test`` is
      evaluated (perplexity of its references, and N-best rescoring WER). Per-word confidences come from the
      data when it has them, otherwise from a :class:`~privasr.confidence.model.ConfidenceModel` trained on
      the dev lists' references and **cross-fitted by meeting** (``confidence.folds`` folds: a meeting's
@@ -132,10 +139,12 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
     kind = _str(d.get("kind"), "data.kind", ("nbest", "earnings21"))
     data: dict[str, Any] = {"kind": kind}
     if kind == "nbest":
-        _mapping(d, "data", ("kind", "dev", "test"))
+        _mapping(d, "data", ("kind", "dev", "test", "client_text"))
         if "dev" not in d or "test" not in d:
             raise ConfigError("config key 'data' (kind nbest) needs dev and test",
                               expected="{kind: nbest, dev: PATH, test: PATH}")
+        data["client_text"] = _str(d.get("client_text", "first_pass"), "data.client_text",
+                                   ("first_pass", "reference"))
         data["dev"] = _path(expand_vars(str(d["dev"])), "data.dev", check_files)
         data["test"] = _path(expand_vars(str(d["test"])), "data.test", check_files)
     else:
@@ -167,19 +176,32 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
     exponent = c.get("exponent", 1.0)
     if isinstance(exponent, bool) or not isinstance(exponent, int | float) or not 0 <= exponent < math.inf:
         raise ConfigError(f"config key 'clients.exponent' is {exponent!r}", expected="a number >= 0")
-    conf = _mapping(raw.get("confidence", {}), "confidence", ("source", "kind", "folds", "calibrate_calls"))
+    conf = _mapping(raw.get("confidence", {}), "confidence", ("source", "kind", "folds", "calibrate_calls",
+                                                             "background"))
     default_src = "data" if kind == "earnings21" else "auto"
     confidence = {"source": _str(conf.get("source", default_src), "confidence.source",
                                  ("auto", "data", "classifier", "none")),
                   "kind": _str(conf.get("kind", "gbm"), "confidence.kind", ("gbm", "mlp")),
                   "folds": _int(conf.get("folds", 2), "confidence.folds", 2),
                   "calibrate_calls": _int(conf.get("calibrate_calls", 0), "confidence.calibrate_calls", 0)}
-    if confidence["calibrate_calls"] and (kind != "earnings21" or confidence["source"] != "data"):
+    if confidence["calibrate_calls"] and (kind != "earnings21" or confidence["source"] not in ("data", "classifier")):
         raise ConfigError("confidence.calibrate_calls needs Earnings-21 CTM confidences",
-                          expected="data.kind: earnings21 with confidence.source: data")
-    if confidence["source"] == "classifier" and kind != "nbest":
-        raise ConfigError("confidence.source 'classifier' needs N-best data", expected="data.kind: nbest")
+                          expected="data.kind: earnings21 with confidence.source: data or classifier")
+    if confidence["source"] == "classifier" and kind == "earnings21" and not confidence["calibrate_calls"]:
+        raise ConfigError("confidence.source 'classifier' on Earnings-21 CTMs needs labelled calls to train on",
+                          expected="confidence.calibrate_calls >= 1")
     nnlm, cache_dir = server_nnlm(raw, check_files)
+    if confidence["source"] == "classifier" and kind == "earnings21":
+        default_bg = (nnlm.neural or {}).get("train", {}).get("text") if isinstance(
+            (nnlm.neural or {}).get("train"), Mapping) else None
+        bg = conf.get("background", default_bg)
+        if bg is None:
+            raise ConfigError("confidence.background is not set and the NNLM spec names no training text",
+                              expected="a text source or file for the word-frequency features")
+        confidence["background"] = expand_vars(str(bg))
+    elif "background" in conf:
+        raise ConfigError("confidence.background applies to the CTM classifier only",
+                          expected="data.kind: earnings21 with confidence.source: classifier")
     init = _str(raw.get("init", "pretrained"), "init", ("pretrained", "scratch"))
     fed_cfg = _mapping(raw.get("fedlm", {}), "fedlm")
     try:
@@ -335,14 +357,17 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
     n_cal = cfg.confidence["calibrate_calls"]
     report = curve = None
     calib: list[str] = []
-    mapping = None
+    mapping = classifier = bg = None
     if n_cal:
         # the first n_cal client calls with a reference become a labelled calibration set (not clients)
         calib = sorted({u.client for u in train if u.client in refs})[:n_cal]
         if len(calib) < n_cal:
             raise InputError(f"confidence.calibrate_calls={n_cal} but only {len(calib)} client calls have "
                              "references", path=d["references"], expected="fewer calibration calls")
-        mapping = _isotonic(*_ctm_labels([u for u in train if u.client in calib], refs, calib))
+        if cfg.confidence["source"] == "classifier":
+            classifier, bg = _ctm_classifier([u for u in train if u.client in calib], refs, calib, cfg)
+        else:
+            mapping = _isotonic(*_ctm_labels([u for u in train if u.client in calib], refs, calib))
         train = [u for u in train if u.client not in calib]
     if not train:
         raise InputError("no client call is left after holding out the evaluation (and calibration) calls",
@@ -356,14 +381,22 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
               "mean_confidence_raw": raw_rep.mean_confidence, "measured_on": "evaluation calls", "n_words":
               raw_rep.n_words}
     curve = raw_rep.reliability
-    if mapping is not None:
-        cal_rep = ConfidenceReport.compute(np.interp(ev_conf, *mapping), ev_hit, n_utterances=0, calibrated=True)
-        report.update(cal_rep.as_dict(), calibration_calls=calib)
-        curve = cal_rep.reliability
-
     def conf_of(u: Any) -> np.ndarray:
+        if classifier is not None:
+            from privasr.confidence.ctm import ctm_word_features
+
+            return classifier.predict_features(ctm_word_features(u, bg))
         c = np.asarray(u.confidences, dtype=np.float64)
         return np.interp(c, *mapping) if mapping is not None else c
+
+    if mapping is not None or classifier is not None:
+        ev_pred = np.concatenate([conf_of(u) for c in evals for u in utts if u.client == c] or [np.zeros(0)])
+        cal_rep = ConfidenceReport.compute(ev_pred, ev_hit, n_utterances=0, calibrated=True)
+        report.update(cal_rep.as_dict(), calibration_calls=calib,
+                      method="ctm classifier" if classifier is not None else "isotonic map of the CTM confidences")
+        if classifier is not None:
+            report["classifier"] = classifier.info
+        curve = cal_rep.reliability
 
     clients = [(c.id, [(u.words, conf_of(u)) for u in c.utterances]) for c in _group(train, cfg)]
     eval_sents = [s for c in evals for s in refs[c]]
@@ -375,26 +408,50 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
     return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve)
 
 
-def _ctm_labels(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[str]]],
-                calls: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Confidences of the CTM words of ``calls`` and whether each is a hit in the Levenshtein alignment
+def _call_hits(us: Sequence[Any], ref_sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    """Per utterance of one call (in order), whether each CTM word is a hit in the Levenshtein alignment
     (jiwer) of the whole call's words against its reference tokens."""
     import jiwer
 
-    confs, hits = [], []
+    hyp = [w for u in us for w in u.words]
+    ref = [w for s in ref_sentences for w in s]
+    hit = np.zeros(len(hyp), dtype=bool)
+    if hyp and ref:
+        for chunk in jiwer.process_words(" ".join(ref), " ".join(hyp)).alignments[0]:
+            if chunk.type == "equal":
+                hit[chunk.hyp_start_idx:chunk.hyp_end_idx] = True
+    return np.split(hit, np.cumsum([len(u.words) for u in us])[:-1]) if us else []
+
+
+def _ctm_labels(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[str]]],
+                calls: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Confidences of the CTM words of ``calls`` and whether each is a hit (:func:`_call_hits`)."""
+    confs, hits = [np.zeros(0)], [np.zeros(0, dtype=bool)]
     for call in calls:
         us = [u for u in utts if u.client == call]
-        hyp = [w for u in us for w in u.words]
-        ref = [w for s in refs[call] for w in s]
-        hit = np.zeros(len(hyp), dtype=bool)
-        if hyp and ref:
-            for chunk in jiwer.process_words(" ".join(ref), " ".join(hyp)).alignments[0]:
-                if chunk.type == "equal":
-                    hit[chunk.hyp_start_idx:chunk.hyp_end_idx] = True
-        confs.append(np.concatenate([np.asarray(u.confidences, dtype=np.float64) for u in us]) if us else
-                     np.zeros(0))
-        hits.append(hit)
+        confs += [np.asarray(u.confidences, dtype=np.float64) for u in us]
+        hits += _call_hits(us, refs[call])
     return np.concatenate(confs), np.concatenate(hits)
+
+
+def _ctm_classifier(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[str]]], calls: Sequence[str],
+                    cfg: FedLmRunConfig) -> tuple[Any, Any]:
+    """A word-confidence classifier on CTM features (:mod:`privasr.confidence.ctm`) trained on the labelled
+    ``calls`` (isotonic calibration on 20% of their utterances), and the background frequencies it needs."""
+    from privasr.confidence.ctm import CTM_FEATURE_NAMES, BackgroundFrequencies, ctm_features_many
+    from privasr.confidence.model import ConfidenceModel
+    from privasr.experiments.text import load_text
+
+    bg = BackgroundFrequencies.from_sentences(load_text(cfg.confidence["background"]))
+    feats: list[np.ndarray] = []
+    labels: list[np.ndarray] = []
+    for call in calls:
+        us = [u for u in utts if u.client == call]
+        feats += ctm_features_many(us, bg)
+        labels += _call_hits(us, refs[call])
+    model = ConfidenceModel.fit_features(feats, labels, feature_names=CTM_FEATURE_NAMES, kind=cfg.confidence["kind"],
+                                         seed=cfg.seed)
+    return model, bg
 
 
 def _isotonic(conf: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -426,6 +483,13 @@ def _nbest_data(cfg: FedLmRunConfig) -> _Data:
         raise InputError("confidence.source is 'data' but some dev 1-best hypotheses have no confidences",
                          path=cfg.data["dev"], expected="per-word confidences, or confidence.source: classifier")
     report = curve = None
+    if cfg.data.get("client_text") == "reference":
+        # the oracle diagnostic: clients train on their utterances' references, every word weight 1
+        kept = [nb for nb in dev if nb.ref]
+        clients = [(c.id, [(tuple(nb.ref), None) for nb in c.utterances]) for c in _group(kept, cfg)]
+        info = {"confidence_source": "none (reference text)", "client_text": "reference", "utterances": len(kept),
+                "words": int(sum(len(nb.ref) for nb in kept))}
+        return _Data(clients, [tuple(nb.ref) for nb in test if nb.ref], info, dev, test)
     kept = [nb for nb in dev if nb.best.words]
     if src == "classifier":
         confs, report, curve = _cross_fit(kept, cfg)
