@@ -256,6 +256,8 @@ def test_joint_search_errors():
         decode(_seq2seq(ctc_weight=0.3), TOK, feats, ["u"], head="joint", method="greedy")
     with pytest.raises(ConfigError, match="ctc_weight"):
         joint_rescore(_seq2seq(ctc_weight=0.3), x, n, [[], [], []], ctc_weight=-0.1)
+    with pytest.raises(ConfigError, match="ctc_weight"):
+        decode(_seq2seq(ctc_weight=0.3), TOK, feats, ["u"], head="joint", method="beam", ctc_weight="high")
     with pytest.raises(InputError, match="hypothesis lists"):
         joint_rescore(_seq2seq(ctc_weight=0.3), x, n, [[]], ctc_weight=0.3)
 

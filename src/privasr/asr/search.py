@@ -560,7 +560,7 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
                                           length_penalty=length_penalty)
             if joint:
                 results = [r[:nbest] for r in joint_rescore(model, x, n, results,
-                                                            ctc_weight=float(ctc_weight))]  # type: ignore[arg-type]
+                                                            ctc_weight=ctc_weight)]  # type: ignore[arg-type]
         for j, hyps in enumerate(results):
             k = start + j
             meta = {"search": search, **({"beam": beam} if method == "beam" else {}),
