@@ -114,8 +114,9 @@ def ctm_word_features(utt: Any, background: BackgroundFrequencies) -> np.ndarray
     x[:, 7] = dur
     x[:, 8] = dur / np.maximum(chars, 1.0)
     x[:, 9] = chars
-    x[:, 10] = np.concatenate([[_EDGE_PAUSE], t[1:, 0] - t[:-1, 1]])
-    x[:, 11] = np.concatenate([t[1:, 0] - t[:-1, 1], [_EDGE_PAUSE]])
+    pauses = t[1:, 0] - t[:-1, 1]
+    x[:, 10] = np.concatenate([[_EDGE_PAUSE], pauses])
+    x[:, 11] = np.concatenate([pauses, [_EDGE_PAUSE]])
     x[:, 12] = [background.log_freq(w) for w in words]
     x[:, 13] = [0.0 if background.seen(w) else 1.0 for w in words]
     return x

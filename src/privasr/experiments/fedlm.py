@@ -381,6 +381,7 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
               "mean_confidence_raw": raw_rep.mean_confidence, "measured_on": "evaluation calls", "n_words":
               raw_rep.n_words}
     curve = raw_rep.reliability
+
     def conf_of(u: Any) -> np.ndarray:
         if classifier is not None:
             from privasr.confidence.ctm import ctm_word_features
@@ -398,9 +399,10 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
             report["classifier"] = classifier.info
         curve = cal_rep.reliability
 
-    clients = [(c.id, [(u.words, conf_of(u)) for u in c.utterances]) for c in _group(train, cfg)]
+    train_conf = {u.utt_id: conf_of(u) for u in train}  # once per utterance (the classifier is not free)
+    clients = [(c.id, [(u.words, train_conf[u.utt_id]) for u in c.utterances]) for c in _group(train, cfg)]
     eval_sents = [s for c in evals for s in refs[c]]
-    conf = np.concatenate([conf_of(u) for u in train])
+    conf = np.concatenate(list(train_conf.values()))
     info = {"eval_calls": evals, "client_calls": sorted({u.client for u in train}), "calibration_calls": calib,
             "utterances": len(train), "words": int(sum(len(u.words) for u in train)),
             "mean_confidence": float(conf.mean()), "low_confidence_share": float((conf < 0.9).mean()),
