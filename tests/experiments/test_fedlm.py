@@ -124,6 +124,21 @@ def test_the_reference_text_oracle_trains_on_the_dev_references(corpus, tmp_path
         load_fedlm_config(_raw(corpus, tmp_path, **{"data.client_text": "gold"}))
 
 
+def test_oracle_confidences_are_the_reference_alignment_labels(corpus, tmp_path):
+    from privasr.confidence.features import labels_many
+    from privasr.experiments.fedlm import _nbest_data
+
+    data = _nbest_data(load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "oracle"})))
+    labels = {nb.utt_id: y for nb, y in zip(data.dev, labels_many(data.dev), strict=True)}
+    by_words = {nb.best.words: labels[nb.utt_id] for nb in data.dev if nb.best.words}
+    seen = 0
+    for _, utts in data.clients:
+        for words, conf in utts:
+            assert set(np.unique(conf)) <= {0.0, 1.0} and conf.tolist() == by_words[words].astype(float).tolist()
+            seen += 1
+    assert seen and any(c.min() == 0.0 for _, u in data.clients for _, c in u)  # the fixture has errors
+
+
 def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
     pytest.importorskip("dp_accounting")
     from privasr.privacy.dp.accounting import epsilon_for
@@ -187,6 +202,8 @@ def test_flower_backend_matches_the_local_run(corpus, tmp_path):
     ({"init": "random"}, "init"),
     ({"tables": {"loss": ["best"]}}, "tables.loss"),
     ({"tables": {"noise": [1.0]}}, "clip_norm"),
+    ({"tables": {"threshold": [1.5]}}, "tables.threshold"),
+    ({"tables": {"threshold": 0.5}}, "tables.threshold"),
     ({"confidence": {"source": "oracle"}}, "confidence.source"),
     ({"clients": {"key": "room"}}, "clients.key"),
     ({"federated.backend": "pigeon"}, "federated.backend"),
@@ -305,6 +322,39 @@ def test_earnings21_calibration_calls_leave_the_clients_and_are_reported(earning
         load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "data", "calibrate_calls": 2}))
 
 
+def test_earnings21_labelled_calls_are_a_dev_set_and_thresholds_report_what_they_keep(earnings, corpus,
+                                                                                     tmp_path):
+    pytest.importorskip("sklearn")
+    raw = _e21_raw(earnings, corpus, tmp_path, compare_all=False, rounds=1,
+                   confidence={"source": "data", "calibrate_calls": 1},
+                   fedlm={"loss": "threshold", "threshold": 0.0, "batch_size": 4, "client_lr": 0.5,
+                          "server": "fedavg"},
+                   tables={"loss": ["all"], "threshold": [0.0, 1.0]})
+    m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    # the dev set is call 100's reference (30 sentences), never a client's or an eval call's text
+    assert m["dev_sentences"] == 30 and m["ppl_dev"] < m["ppl_dev_baseline"]
+    assert m["threshold_kept_words"] == 1.0
+    rows = {r["threshold"]: r for r in res["tables"]["threshold"]}
+    # calibrated confidences are all below 1: threshold 1 drops every utterance and the model stays put
+    assert rows[0.0]["kept_words"] == 1.0 and rows[1.0]["kept_words"] == 0.0
+    assert rows[1.0]["ppl_dev"] == pytest.approx(m["ppl_dev_baseline"]) and rows[1.0]["ppl_dev"] > m["ppl_dev"]
+    # threshold 0 keeps everything: the same run as the main one; "all" trains the same data, so same result
+    assert rows[0.0]["ppl"] == m["ppl"] and rows[0.0]["ppl_dev"] == m["ppl_dev"]
+    loss_all = res["tables"]["loss"][1]
+    assert loss_all["loss"] == "all" and abs(loss_all["ppl_dev"] - m["ppl_dev"]) < 1e-6 * m["ppl_dev"]
+    assert all("ppl_dev" in r for r in res["tables"]["threshold"])
+    assert "Development set" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_kept_share_counts_the_words_of_utterances_at_or_over_the_threshold():
+    from privasr.experiments.fedlm import _Data, _kept_share
+
+    utts = [(("a", "b"), np.array([0.2, 0.4])), (("c", "d", "e", "f"), np.array([0.6, 0.6, 0.6, 0.6]))]
+    data = _Data([("x", utts)], [], {})
+    assert [_kept_share(data, c) for c in (0.0, 0.3, 0.31, 0.6, 0.61)] == [1.0, 1.0, 4 / 6, 4 / 6, 0.0]
+
+
 def test_earnings21_ctm_classifier_learns_what_the_confidences_miss(earnings_noisy, corpus, tmp_path):
     pytest.importorskip("sklearn")
     raw = _e21_raw(earnings_noisy, corpus, tmp_path, tables={}, compare_all=False, rounds=1,
@@ -318,6 +368,15 @@ def test_earnings21_ctm_classifier_learns_what_the_confidences_miss(earnings_noi
     # the CTM confidences carry no signal here; the word's absence from the background text does
     assert m["auc_raw"] < 0.6 and m["auc"] > 0.95
     assert 0.6 < res["data_info"]["mean_confidence"] < 0.8  # about 70% of the client words are right
+
+
+def test_earnings21_oracle_confidences_mark_exactly_the_wrong_words(earnings_noisy, corpus, tmp_path):
+    from privasr.experiments.fedlm import _earnings21
+
+    data = _earnings21(load_fedlm_config(_e21_raw(earnings_noisy, corpus, tmp_path,
+                                                  confidence={"source": "oracle"})))
+    pairs = [(w, c) for _, utts in data.clients for words, conf in utts for w, c in zip(words, conf, strict=True)]
+    assert pairs and all((c == 0.0) == (w == "quarterback") for w, c in pairs)
 
 
 def test_earnings21_classifier_config_errors(earnings, corpus, tmp_path):

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from privasr.errors import InputError
 
-__all__ = ["app", "run"]
+__all__ = ["app", "run", "compare"]
 
 app = typer.Typer(help="Federated transfer learning of acoustic models (client pool, client/server optimisers, "
                        "softmax weighting, server replay).", no_args_is_help=True)
@@ -45,3 +45,36 @@ def run(
         f"{100 * m['cer_baseline']:.2f}%); rounds to target loss {m['target_loss']:.4f}: {m['rounds_to_target']} "
         f"vs {m['rounds_to_target_baseline']}")
     Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+
+
+@app.command("compare")
+def compare(
+    runs: list[Path] = typer.Argument(..., help="Finished FTL output folders (or their results.json), e.g. one "
+                                                "per seed, all on the same test set."),
+    a: str = typer.Option("ftl", "--a", help="System A: a name in each run's 'runs' (ftl, baseline, a table row)."),
+    b: str = typer.Option("baseline", "--b", help="System B, compared with A."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write DIR/results.json (config, seed, version, "
+                                                              "metrics)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap's random generator."),
+    resamples: int = typer.Option(1000, "--resamples", help="Number of bootstrap resamples."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the bootstrap interval."),
+) -> None:
+    """Compare two systems over several FTL runs (seeds): each run's WERs and MAPSSWE, and the seed-averaged
+    WER difference with a paired bootstrap interval over test utterances."""
+    from privasr.experiments.ftl_compare import compare_runs
+    from privasr.results import write_results
+
+    r = compare_runs([str(p) for p in runs], a, b, resamples=resamples, confidence=confidence, seed=seed)
+    con = Console()
+    for row in r["per_run"]:
+        con.print(f"{row['run']}: {a} {100 * row['wer_a']:.2f}%  {b} {100 * row['wer_b']:.2f}%  MAPSSWE p = "
+                  f"{row['mapsswe_p']:.3g} ({row['mapsswe_better']})")
+    p = r["pooled"]
+    con.print(f"over {p['runs']} runs: {a} {100 * p['wer_a']:.2f}%  {b} {100 * p['wer_b']:.2f}%  difference "
+              f"{100 * p['difference']:+.2f} points, {100 * p['confidence']:g}% interval [{100 * p['ci_low']:+.2f}, "
+              f"{100 * p['ci_high']:+.2f}], P({a} better) = {p['prob_a_better']:.3f}")
+    if out is not None:
+        path = write_results(out, config={"runs": [str(x) for x in runs], "a": a, "b": b, "resamples": resamples,
+                                          "confidence": confidence}, seed=seed,
+                             metrics={**p, "per_run": r["per_run"]})
+        con.print(f"[bold]results:[/] {path}")

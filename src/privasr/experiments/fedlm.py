@@ -31,6 +31,10 @@
      the dev lists' references and **cross-fitted by meeting** (``confidence.folds`` folds: a meeting's
      confidences come from a classifier that never saw its references); its held-out ECE/AUC are reported.
 
+   ``confidence.source: oracle`` (both kinds) is the other diagnostic: every client word's confidence is 1 if
+   the reference confirms it (a hit in the alignment of the first pass against the reference) and 0 if not --
+   perfect confidences, the most any confidence classifier could give the weighted losses.
+
    ``clients.key`` groups utterances into clients: ``client`` (the call / meeting), ``speaker``, or
    ``zipf`` (``clients.devices`` simulated devices drawn from a Zipf law with ``clients.exponent``,
    :func:`~privasr.corpus.partition.zipf_devices`).
@@ -45,9 +49,13 @@
    NNLM + wp * n`` with the weights tuned on dev **for each model**, test WER, MAPSSWE against the unadapted
    model, paired bootstrap; ``rescore.with_baseline: true`` keeps the unadapted NNLM as a second feature of the
    adapted system (log-linear interpolation, both weights tuned on dev).
+   With Earnings-21's labelled calls (``confidence.calibrate_calls``) their references are also a
+   **development set** on the server: every model's ``ppl_dev`` is reported there, so settings such as the
+   threshold are chosen without looking at the evaluation calls.
 5. ``compare_all`` (default on) runs the same config with ``loss: all`` for ``ppl_all_utts``; ``tables``
    re-run the federation per row: ``loss`` (paper Tables 2/3), ``init`` (Table 4), ``noise`` (Table 5, DP
-   with those noise multipliers; needs ``fedlm.clip_norm``).
+   with those noise multipliers; needs ``fedlm.clip_norm``), ``threshold`` (``loss: threshold`` at each
+   utterance-confidence threshold, with the share of client words it keeps).
 
 Only :class:`~privasr.federated.core.Update` objects of float32 parameter deltas cross to the server.
 """
@@ -77,7 +85,7 @@ MODEL_FILE = "model.pt"
 _TOP = ("name", "seed", "data", "clients", "confidence", "nnlm", "cache_dir", "init", "fedlm", "rounds", "dp",
         "federated", "compare_all", "tables", "rescore", "eval")
 _DP_KEYS = ("noise_multiplier", "delta", "accountant", "neighboring")
-_TABLE_KEYS = ("loss", "init", "noise")
+_TABLE_KEYS = ("loss", "init", "noise", "threshold")
 
 
 @dataclass(frozen=True)
@@ -180,7 +188,7 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
                                                              "background"))
     default_src = "data" if kind == "earnings21" else "auto"
     confidence = {"source": _str(conf.get("source", default_src), "confidence.source",
-                                 ("auto", "data", "classifier", "none")),
+                                 ("auto", "data", "classifier", "none", "oracle")),
                   "kind": _str(conf.get("kind", "gbm"), "confidence.kind", ("gbm", "mlp")),
                   "folds": _int(conf.get("folds", 2), "confidence.folds", 2),
                   "calibrate_calls": _int(conf.get("calibrate_calls", 0), "confidence.calibrate_calls", 0)}
@@ -245,6 +253,12 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
                                                  for x in vals):
             raise ConfigError(f"config key 'tables.noise' is {vals!r}", expected="a list of noise multipliers >= 0")
         tables["noise"] = [float(x) for x in vals]
+    if "threshold" in t:
+        vals = t["threshold"] or []
+        if not isinstance(vals, list) or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                                 and 0 <= x <= 1 for x in vals):
+            raise ConfigError(f"config key 'tables.threshold' is {vals!r}", expected="a list of thresholds in [0, 1]")
+        tables["threshold"] = [float(x) for x in vals]
     r = _mapping(raw.get("rescore", {}), "rescore", ("ranges", "max_rounds", "coarse_points", "restarts",
                                                     "with_baseline"))
     with_baseline = r.get("with_baseline", False)
@@ -331,6 +345,7 @@ class _Data:
     test: list[Any] | None = None
     confidence_report: dict[str, Any] | None = None
     reliability: Any = None
+    dev_sentences: list[tuple[str, ...]] | None = None
 
 
 def _group(utts: Sequence[Any], cfg: FedLmRunConfig) -> list[Any]:
@@ -399,7 +414,18 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
             report["classifier"] = classifier.info
         curve = cal_rep.reliability
 
-    train_conf = {u.utt_id: conf_of(u) for u in train}  # once per utterance (the classifier is not free)
+    if cfg.confidence["source"] == "oracle":  # the diagnostic: 1 for a word the reference confirms, else 0
+        missing = sorted({u.client for u in train} - set(refs))
+        if missing:
+            raise InputError(f"confidence.source 'oracle' needs every client call's reference; {missing[:5]} have "
+                             "none", path=d["references"], expected="references for the client calls")
+        train_conf = {}
+        for call in sorted({u.client for u in train}):
+            us = [u for u in train if u.client == call]
+            train_conf.update({u.utt_id: h.astype(np.float64) for u, h in zip(us, _call_hits(us, refs[call]),
+                                                                              strict=True)})
+    else:
+        train_conf = {u.utt_id: conf_of(u) for u in train}  # once per utterance (the classifier is not free)
     clients = [(c.id, [(u.words, train_conf[u.utt_id]) for u in c.utterances]) for c in _group(train, cfg)]
     eval_sents = [s for c in evals for s in refs[c]]
     conf = np.concatenate(list(train_conf.values()))
@@ -407,7 +433,9 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
             "utterances": len(train), "words": int(sum(len(u.words) for u in train)),
             "mean_confidence": float(conf.mean()), "low_confidence_share": float((conf < 0.9).mean()),
             "words_per_utterance": float(np.mean([len(u.words) for u in train]))}
-    return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve)
+    # the labelled calls' references: a development set on the server for choices such as the threshold
+    dev_sents = [s for c in calib for s in refs[c]] or None
+    return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve, dev_sentences=dev_sents)
 
 
 def _call_hits(us: Sequence[Any], ref_sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
@@ -495,6 +523,10 @@ def _nbest_data(cfg: FedLmRunConfig) -> _Data:
     kept = [nb for nb in dev if nb.best.words]
     if src == "classifier":
         confs, report, curve = _cross_fit(kept, cfg)
+    elif src == "oracle":  # the diagnostic: 1 for a 1-best word the reference confirms, else 0
+        from privasr.confidence.features import labels_many
+
+        confs = {nb.utt_id: y.astype(np.float64) for nb, y in zip(kept, labels_many(kept), strict=True)}
     elif src == "data":
         confs = {nb.utt_id: np.asarray(nb.best.confidences, dtype=np.float64) for nb in kept}
     else:
@@ -681,6 +713,7 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     oov = sum(i == vocab.unk_id for s in eval_ids for i in s)
     scratch = _perplexity(model, _scratch_params(cfg, model), eval_ids) if cfg.init == "scratch" else None
     ppl_base = _perplexity(model, model.init_params, eval_ids)
+    dev_ids = [tuple(vocab.encode(s)) for s in data.dev_sentences] if data.dev_sentences else None
 
     runs: dict[str, dict[str, Any]] = {}
 
@@ -696,6 +729,8 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
                                              eval_ids if name == "main" else None)
         r = {"key": key, "params": params, "history": hist, "priv": priv, "seconds": secs,
              "ppl": _perplexity(model, params, eval_ids)}
+        if dev_ids is not None:
+            r["ppl_dev"] = _perplexity(model, params, dev_ids)
         runs[name] = r
         return r
 
@@ -708,6 +743,11 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     }
     if scratch is not None:
         metrics["ppl_init"] = scratch
+    if dev_ids is not None:
+        metrics.update(ppl_dev=main["ppl_dev"], ppl_dev_baseline=_perplexity(model, model.init_params, dev_ids),
+                       dev_sentences=len(dev_ids), dev_tokens=sum(len(s) for s in dev_ids))
+    if cfg.fedlm.get("loss", "all") == "threshold":
+        metrics["threshold_kept_words"] = _kept_share(data, float(cfg.fedlm.get("threshold", 0.5)))
     metrics.update(main["priv"])
     if cfg.kind == "nbest":
         metrics["rescore_with_baseline"] = cfg.with_baseline
@@ -725,7 +765,7 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     ev = _WerEval(cfg, model, data) if cfg.kind == "nbest" else None
     if ev is not None:
         rescored = _wer(ev, main, metrics)
-    tables = _tables(cfg, variant, ppl_base, ev)
+    tables = _tables(cfg, variant, ppl_base, ev, data)
     timing = {"data_s": data_s, "nnlm_s": nnlm_s, "federated_s": main["seconds"],
               "variants_s": sum(r["seconds"] for n, r in runs.items() if n != "main")}
     metrics.update(timing, total_s=time.perf_counter() - t_start)
@@ -817,10 +857,27 @@ def _row_wer(ev: _WerEval | None, run: dict[str, Any]) -> dict[str, Any]:
     return {"wer": r["wer"], "wer_rel_change": r["wer_rel_change"], "mapsswe_p": r["mapsswe_p"]}
 
 
-def _tables(cfg: FedLmRunConfig, variant: Any, ppl_base: float, ev: _WerEval | None
+def _kept_share(data: _Data, threshold: float) -> float:
+    """The share of the clients' words in utterances whose mean confidence (eq. 3) reaches ``threshold``: what
+    ``loss: threshold`` trains on (a simulation diagnostic, counted here, not reported by clients)."""
+    kept = total = 0
+    for _, utts in data.clients:
+        for words, conf in utts:
+            total += len(words)
+            if conf is None or (len(words) and float(np.mean(conf)) >= threshold):
+                kept += len(words)
+    return kept / total if total else 0.0
+
+
+def _dev(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {"ppl_dev": r["ppl_dev"]} if "ppl_dev" in r else {}
+
+
+def _tables(cfg: FedLmRunConfig, variant: Any, ppl_base: float, ev: _WerEval | None, data: _Data
             ) -> dict[str, list[dict[str, Any]]]:
     """The table rows (every row a federated run; a row equal to an earlier run reuses it); with N-best data
-    each row also has its rescoring WER and MAPSSWE p against the unadapted NNLM."""
+    each row also has its rescoring WER and MAPSSWE p against the unadapted NNLM; with a development set (the
+    labelled calls of Earnings-21) its perplexity ``ppl_dev``."""
     tables: dict[str, list[dict[str, Any]]] = {}
     if "loss" in cfg.tables:
         rows: list[dict[str, Any]] = [{"loss": "none (unadapted)", "ppl": ppl_base}]
@@ -828,13 +885,20 @@ def _tables(cfg: FedLmRunConfig, variant: Any, ppl_base: float, ev: _WerEval | N
             rows[0].update(wer=ev.w_base.wer, wer_rel_change=0.0, mapsswe_p=1.0)
         for loss in cfg.tables["loss"]:
             r = variant(f"loss-{loss}", {**cfg.fedlm, "loss": loss}, cfg.init, cfg.dp)
-            rows.append({"loss": loss, "ppl": r["ppl"], **_row_wer(ev, r), **r["priv"]})
+            rows.append({"loss": loss, "ppl": r["ppl"], **_dev(r), **_row_wer(ev, r), **r["priv"]})
         tables["loss"] = rows
+    if "threshold" in cfg.tables:
+        rows = []
+        for c in cfg.tables["threshold"]:
+            r = variant(f"threshold-{c:g}", {**cfg.fedlm, "loss": "threshold", "threshold": c}, cfg.init, cfg.dp)
+            rows.append({"threshold": c, "kept_words": _kept_share(data, c), "ppl": r["ppl"], **_dev(r),
+                         **_row_wer(ev, r)})
+        tables["threshold"] = rows
     if "init" in cfg.tables:
         rows = []
         for i in cfg.tables["init"]:
             r = variant(f"init-{i}", cfg.fedlm, i, cfg.dp)
-            rows.append({"init": i, "ppl": r["ppl"], **_row_wer(ev, r)})
+            rows.append({"init": i, "ppl": r["ppl"], **_dev(r), **_row_wer(ev, r)})
         tables["init"] = rows
     if "noise" in cfg.tables:
         base_dp = dict(cfg.dp or {"delta": 1e-5, "accountant": "rdp", "neighboring": "auto"})
@@ -875,6 +939,11 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
         lines.append(f"| federated (all utterances) | {m['ppl_all_utts']:.2f} |")
     lines += ["", f"Evaluation: {m['eval_sentences']:,} sentences, {m['eval_tokens']:,} words, OOV rate "
               f"{100 * m['eval_oov_rate']:.2f}%; clients' first-pass words: {m['client_words']:,}.", ""]
+    if "ppl_dev" in m:
+        lines += [f"Development set (the labelled calls' references, {m['dev_tokens']:,} words): perplexity "
+                  f"{m['ppl_dev_baseline']:.2f} unadapted, {m['ppl_dev']:.2f} adapted.", ""]
+    if "threshold_kept_words" in m:
+        lines += [f"The threshold keeps {100 * m['threshold_kept_words']:.1f}% of the clients' words.", ""]
     if "wer" in m:
         lines += ["| system | test WER |", "|---|---|", f"| first pass | {100 * m['wer_first_pass']:.2f}% |",
                   f"| unadapted NNLM rescoring | {100 * m['wer_baseline']:.2f}% |",
