@@ -940,7 +940,7 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     lines += ["", f"Evaluation: {m['eval_sentences']:,} sentences, {m['eval_tokens']:,} words, OOV rate "
               f"{100 * m['eval_oov_rate']:.2f}%; clients' first-pass words: {m['client_words']:,}.", ""]
     if "ppl_dev" in m:
-        lines += [f"Development set (the labelled calls' references, {m['dev_tokens']:,} words): perplexity "
+        lines += [f"Development set (the labelled calls' references, {m['dev_tokens']:,} tokens): perplexity "
                   f"{m['ppl_dev_baseline']:.2f} unadapted, {m['ppl_dev']:.2f} adapted.", ""]
     if "threshold_kept_words" in m:
         lines += [f"The threshold keeps {100 * m['threshold_kept_words']:.1f}% of the clients' words.", ""]
