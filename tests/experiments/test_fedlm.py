@@ -204,7 +204,7 @@ def test_flower_backend_matches_the_local_run(corpus, tmp_path):
     ({"tables": {"noise": [1.0]}}, "clip_norm"),
     ({"tables": {"threshold": [1.5]}}, "tables.threshold"),
     ({"tables": {"threshold": 0.5}}, "tables.threshold"),
-    ({"confidence": {"source": "oracle"}}, "confidence.source"),
+    ({"confidence": {"source": "psychic"}}, "confidence.source"),
     ({"clients": {"key": "room"}}, "clients.key"),
     ({"federated.backend": "pigeon"}, "federated.backend"),
     ({"colour": 1}, "colour"),
