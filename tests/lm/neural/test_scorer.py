@@ -223,7 +223,8 @@ def test_from_checkpoint(tmp_path) -> None:
     save_checkpoint(p, model, VOCAB, model.config)
     loaded = NeuralLM.from_checkpoint(p, batch_tokens=32)
     assert loaded.batch_tokens == 32 and loaded.model is not model
-    assert _max_diff(loaded.score_batch(SENTS), NeuralLM(model, VOCAB).score_batch(SENTS)) <= 1e-6
+    # another batch size sums in another float32 order: the same tolerance as the fast-vs-naive tests
+    assert _max_diff(loaded.score_batch(SENTS), NeuralLM(model, VOCAB).score_batch(SENTS)) <= TOL
 
 
 def test_rescoring_with_a_neural_lm() -> None:
