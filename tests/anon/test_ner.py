@@ -240,6 +240,39 @@ def test_person_cues_name_what_follows_and_stop_at_the_firm() -> None:
     assert refine_persons([sents[0]], [[]], set(), set(), cues=False) == [[]]
 
 
+def test_a_title_led_span_of_another_label_gives_way_to_the_cued_name() -> None:
+    from privasr.anon.ner import refine_persons
+
+    sents = [("with", "me", "is", "cfo", "sandra", "wallet", "and", "the", "ceo", "of", "acme"),
+             ("dr", "pepper", "sales")]
+    spans = [[EntitySpan(3, 5, "LOC"), EntitySpan(8, 11, "ORG")], [EntitySpan(0, 2, "ORG")]]
+    got = refine_persons(sents, spans, set(), {"wallet", "sales"})
+    # "cfo sandra" (LOC) becomes the PER name after the title, surname included; "ceo of acme" has no name
+    # after its title, so the ORG span stays
+    assert got[0] == [EntitySpan(4, 6, "PER"), EntitySpan(8, 11, "ORG")]
+    assert got[1] == [EntitySpan(1, 3, "PER")]  # the rule's known cost: a title-like word led an ORG
+    assert refine_persons(sents, spans, set(), set(), cues=False)[0] == spans[0]
+    assert spans[0] == [EntitySpan(3, 5, "LOC"), EntitySpan(8, 11, "ORG")]  # the input is not changed
+
+
+def test_names_around_titles_are_completed() -> None:
+    from privasr.anon.ner import refine_persons
+
+    common = {"rushing", "well", "company", "bill"}
+    sents = [("our", "ceo", "rodney", "rushing", "as", "well"),          # model found "rodney" after the cue
+             ("jj", "bistricer", "chief", "operating", "officer"),      # a name before a trailing title
+             ("the", "company's", "ceo", "is", "here"),                  # only common words before the title
+             ("and", "bill", "cfo", "of", "acme"),                       # only a common word: left alone
+             ("rodney", "rushing", "ceo")]                               # no cue before the model's span
+    spans = [[EntitySpan(2, 3, "PER")], [], [], [], [EntitySpan(0, 1, "PER")]]
+    got = refine_persons(sents, spans, set(), common)
+    assert got[0] == [EntitySpan(2, 4, "PER")]
+    assert got[1] == [EntitySpan(0, 2, "PER")]
+    assert got[2] == [] and got[3] == []
+    assert got[4] == [EntitySpan(0, 2, "PER")]  # the trailing title takes "rushing", merged with "rodney"
+    assert refine_persons(sents, spans, set(), common, cues=False)[1] == []
+
+
 def test_propagation_of_common_word_names_needs_repeated_person_detections() -> None:
     from privasr.anon.ner import propagate
 

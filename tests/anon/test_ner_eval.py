@@ -13,6 +13,7 @@ from privasr.anon.ner_eval import (
     earnings21_docs,
     leak_counts,
     load_ner_data,
+    mention_outcomes,
     names_leaked,
     span_prf,
     split_ids,
@@ -35,6 +36,25 @@ def test_span_prf_counts_exact_spans_only() -> None:
     assert token_recall(gold, pred)["PER"] == 0.5
     with pytest.raises(InputError):
         span_prf(gold, pred[:1])
+
+
+def test_mention_outcomes_separate_boundaries_labels_and_misses() -> None:
+    gold = [[EntitySpan(0, 2, "PER"), EntitySpan(3, 4, "PER"), EntitySpan(5, 7, "PER")],
+            [EntitySpan(0, 3, "PER"), EntitySpan(4, 5, "ORG")]]
+    pred = [[EntitySpan(0, 2, "PER"), EntitySpan(3, 4, "LOC"), EntitySpan(6, 7, "PER")],
+            [EntitySpan(0, 1, "PER"), EntitySpan(1, 3, "ORG"), EntitySpan(4, 5, "ORG")]]
+    r = mention_outcomes(gold, pred, ["PER", "ORG"])
+    per = r["PER"]
+    assert (per["exact"], per["other_label"], per["covered"], per["partial"], per["missed"]) == (1, 1, 1, 1, 0)
+    assert per["mentions"] == 4 and per["covered_recall"] == 0.75
+    assert r["ORG"]["exact"] == 1 and r["ORG"]["covered_recall"] == 1.0
+    # exact-span recall is the "exact" share
+    assert span_prf(gold, pred)["PER"]["recall"] == per["exact"] / per["mentions"]
+    missed = mention_outcomes([[EntitySpan(0, 1, "PER")]], [[]], ["PER"])["PER"]
+    assert missed["missed"] == 1 and missed["covered_recall"] == 0.0
+    assert mention_outcomes([[]], [[]], ["PER"])["PER"]["covered_recall"] == 0.0
+    with pytest.raises(InputError):
+        mention_outcomes(gold, pred[:1])
 
 
 def test_leak_counts_use_the_anonymiser() -> None:
@@ -128,7 +148,9 @@ def test_eval_ner_cli_on_fabricated_data(tmp_path: Path) -> None:
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
     assert res["seed"] == 0 and res["version"] and res["config"]["model"] == "stock"
-    assert 0 <= m["per_recall_asr_style"] <= 1 and 0 <= m["leak_rate"] <= 1
+    assert 0 <= m["per_recall_asr_style"] <= m["per_covered_recall_asr_style"] <= 1 and 0 <= m["leak_rate"] <= 1
+    assert m["per_outcomes_asr_style"]["mentions"] == sum(m["per_outcomes_asr_style"][k] for k in
+                                                          ("exact", "other_label", "covered", "partial", "missed"))
     assert isinstance(m["earnings21_names_leaked"], int)
     assert set(m["earnings21_names_leaked_list"]) <= {"bob", "kane", "bob kane"}
     assert (out / "report.md").is_file()

@@ -609,6 +609,8 @@ PERSON_CUES: tuple[tuple[str, ...], ...] = (
     ("it", "back", "to"), ("my", "name", "is"),
     ("ceo",), ("cfo",), ("coo",), ("cto",), ("mr",), ("mrs",), ("ms",), ("dr",), ("chairman",),
 )
+#: The one-word :data:`PERSON_CUES`: titles, which start no location or organisation name.
+TITLE_CUES = frozenset(c[0] for c in PERSON_CUES if len(c) == 1)
 #: Words that end a cued name (what follows a name in those phrases: "... from <firm>", "... with <firm>").
 _CUE_STOP = frozenset({"from", "with", "at", "of", "and", "for", "please", "go", "ahead", "your", "line", "is",
                        "open", "uh", "um"})
@@ -634,6 +636,56 @@ def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> li
     return out
 
 
+def _cue_ends_at(low: Sequence[str], i: int) -> bool:
+    """Whether a :data:`PERSON_CUES` phrase ends right before token ``i``."""
+    return any(i >= len(c) and tuple(low[i - len(c):i]) == c for c in PERSON_CUES)
+
+
+def _name_word(w: str, stop: frozenset[str]) -> bool:
+    return w not in stop and w not in _CUE_STOP and len(w) > 1 and w.replace("-", "").replace("'", "").isalpha()
+
+
+def _complete_cued_names(low: Sequence[str], spans: list[EntitySpan], stop: frozenset[str]) -> list[EntitySpan]:
+    """A PER span right after a cue ("ceo rodney" found by the model) takes the following name words up to 3
+    in all, common words included ("rushing"), as the cue pass would have."""
+    taken = {i for s in spans for i in range(s.start, s.end)}
+    out = []
+    for s in spans:
+        e = s.end
+        if s.label == "PER" and _cue_ends_at(low, s.start):
+            while e < len(low) and e - s.start < 3 and e not in taken and _name_word(low[e], stop):
+                taken.add(e)
+                e += 1
+        out.append(EntitySpan(s.start, e, s.label) if e != s.end else s)
+    return out
+
+
+#: Titles that follow a name in introductions ("jj bistricer chief operating officer", "jane roe cfo").
+TRAILING_TITLES: tuple[tuple[str, ...], ...] = (
+    ("chief", "executive", "officer"), ("chief", "financial", "officer"), ("chief", "operating", "officer"),
+    ("chief", "technology", "officer"), ("chief", "accounting", "officer"), ("chief", "commercial", "officer"),
+    ("chief", "medical", "officer"), ("chief", "investment", "officer"), ("chief", "marketing", "officer"),
+    ("chief", "executive"), ("ceo",), ("cfo",), ("coo",), ("cto",),
+)
+
+
+def _titled_names(low: Sequence[str], taken: set[int], stop: frozenset[str], common: frozenset[str],
+                  per_ends: set[int]) -> list[EntitySpan]:
+    """PER spans of the 1-3 name words right before a :data:`TRAILING_TITLES` phrase, back to a stop word, a
+    token inside a span or a non-word; at least one of them must be an uncommon word (so "the company's ceo"
+    stays), or they must follow a PER span (``per_ends``: "rodney" + "rushing ceo")."""
+    out = []
+    starts = {j for j in range(len(low)) for t in TRAILING_TITLES if tuple(low[j:j + len(t)]) == t}
+    for j in sorted(starts):
+        a = j
+        while a > 0 and j - a < 3 and (a - 1) not in taken and _name_word(low[a - 1], stop):
+            a -= 1
+        if a < j and (a in per_ends or any(_strip_possessive(w) not in common for w in low[a:j])):
+            out.append(EntitySpan(a, j, "PER"))
+            taken.update(range(a, j))
+    return out
+
+
 def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan]], names: Iterable[str],
                    common: Iterable[str], *, relabel: bool = True, merge: bool = True, extend: bool = True,
                    cues: bool = True, stop: Iterable[str] | None = None) -> list[list[EntitySpan]]:
@@ -645,7 +697,11 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
       in ``common`` and not inside another span (a surname the gazetteer lacks: "arndt schottelius");
     * ``cues``: 1-3 words right after a :data:`PERSON_CUES` phrase ("the line of yu-jen from ...") become PER
       when no span covers them, common words included, up to a word of ``stop`` (default spaCy's stop words) or
-      a name-ending word ("from", "with", ...).
+      a name-ending word ("from", "with", ...); a span of another label that starts with a title
+      (:data:`TITLE_CUES`: "cfo sandra" tagged LOC) gives way to the PER name the cue pass finds after the title;
+      a PER span the model found right after a cue takes the following name words the same way ("ceo rodney" +
+      "rushing"); and the 1-3 name words right before a trailing title (:data:`TRAILING_TITLES`, "jj bistricer
+      chief operating officer") become PER when one of them is not a common word.
 
     >>> refine_persons([("thanks", "adi", "hoess", "and", "bob")], [[EntitySpan(1, 2, "ORG")]],
     ...                {"adi", "bob"}, {"and", "thanks"})
@@ -653,6 +709,12 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
     >>> refine_persons([("next", "question", "comes", "from", "the", "line", "of", "yu-jen", "from", "acme")],
     ...                [[]], set(), set())
     [[EntitySpan(start=7, end=8, label='PER')]]
+    >>> refine_persons([("our", "cfo", "sandra", "wallet", "will", "speak")], [[EntitySpan(1, 3, "LOC")]],
+    ...                {"sandra"}, {"wallet", "will", "speak", "our"})
+    [[EntitySpan(start=2, end=4, label='PER')]]
+    >>> refine_persons([("ceo", "rodney", "rushing", "as", "well", "as", "jj", "bistricer", "chief", "operating",
+    ...                  "officer")], [[EntitySpan(1, 2, "PER")]], set(), {"rushing", "well"})
+    [[EntitySpan(start=1, end=3, label='PER'), EntitySpan(start=6, end=8, label='PER')]]
     """
     sents = check_sentences(sentences)
     names = frozenset(names)
@@ -685,8 +747,19 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
                 new.append(EntitySpan(s.start, e, s.label))
             cur = new
         if cues:
-            cued = _cued_spans(low, {i for s in cur for i in range(s.start, s.end)}, stop_set)
-            cur = sorted(cur + cued, key=lambda s: s.start)
+            # a non-PER span led by a title ("cfo sandra" as LOC) is re-read by the cue pass: the name after the
+            # title becomes PER (surname included); if the cue pass finds no name there, the span stays as it was
+            led = [s for s in cur if s.label != "PER" and low[s.start] in TITLE_CUES]
+            rest = [s for s in cur if s not in led]
+            cued = _cued_spans(low, {i for s in rest for i in range(s.start, s.end)}, stop_set)
+            starts = {c.start for c in cued}
+            kept = [s for s in led if s.start + 1 not in starts]
+            cued = [c for c in cued if not any(c.start < s.end and s.start < c.end for s in kept)]
+            cur = sorted(rest + kept + cued, key=lambda s: s.start)
+            cur = _complete_cued_names(low, cur, stop_set)
+            taken = {i for s in cur for i in range(s.start, s.end)}
+            per_ends = {s.end for s in cur if s.label == "PER"}
+            cur = sorted(cur + _titled_names(low, taken, stop_set, common, per_ends), key=lambda s: s.start)
         if merge:
             merged: list[EntitySpan] = []
             for s in cur:

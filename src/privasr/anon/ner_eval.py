@@ -19,7 +19,9 @@
 Every held-out sentence is evaluated twice: cased (as above) and ASR-style (:func:`~privasr.anon.ner.asr_style`).
 
 **Metrics.** :func:`span_prf`: exact-span precision / recall / F1 per label and micro-averaged;
-``token_recall``: fraction of gold tokens of a label inside any detected span (what anonymisation needs).
+``token_recall``: fraction of gold tokens of a label inside any detected span (what anonymisation needs);
+:func:`mention_outcomes`: each gold mention as exact / other label / covered with other boundaries / partly
+covered / missed, and ``covered_recall``, the fraction whose every token is inside detected spans.
 :func:`leak_counts`: a gold PER/ORG/LOC mention *leaks* when at least one of its tokens is unchanged after
 surrogate anonymisation with the detector's spans (:class:`~privasr.anon.transform.Anonymizer`).
 :func:`names_leaked`: the real participant names of ``speaker-metadata.csv`` (placeholders such as "Speaker
@@ -61,7 +63,8 @@ from privasr.anon.ner import (
 from privasr.anon.transform import LABELS, Anonymizer, EntitySpan
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["EARNINGS21_TO_LABEL", "LEAK_LABELS", "NerData", "span_prf", "token_recall", "leak_counts",
+__all__ = ["EARNINGS21_TO_LABEL", "LEAK_LABELS", "MENTION_OUTCOMES", "NerData", "span_prf", "token_recall",
+           "mention_outcomes", "leak_counts",
            "wikigold_docs", "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names",
            "names_leaked", "evaluate_detector", "cached_model", "finetuned_model", "run_eval_ner"]
 
@@ -136,6 +139,50 @@ def token_recall(gold: Sequence[Sequence[EntitySpan]], pred: Sequence[Sequence[E
                     n += s.end - s.start
                     hit += sum(i in covered for i in range(s.start, s.end))
         out[lab] = hit / n if n else 0.0
+    return out
+
+
+MENTION_OUTCOMES = ("exact", "other_label", "covered", "partial", "missed")
+"""How a gold mention fares, best first (:func:`mention_outcomes`)."""
+
+
+def mention_outcomes(gold: Sequence[Sequence[EntitySpan]], pred: Sequence[Sequence[EntitySpan]],
+                     labels: Sequence[str] = LABELS) -> dict[str, dict[str, float]]:
+    """Per label, each gold mention's outcome, counted, with ``covered_recall``: ``exact`` (a detected span with
+    the same boundaries and label), ``other_label`` (same boundaries, another label), ``covered`` (every token
+    inside detected spans, boundaries differ: a surrogate or a class tag still replaces the whole mention),
+    ``partial`` (some tokens inside) and ``missed``. ``covered_recall`` = (exact + other_label + covered) /
+    mentions: the detection recall anonymisation needs; exact-span recall (:func:`span_prf`) is ``exact`` /
+    mentions.
+
+    >>> g = [[EntitySpan(0, 2, "PER"), EntitySpan(3, 4, "PER"), EntitySpan(5, 7, "PER")]]
+    >>> p = [[EntitySpan(0, 3, "PER"), EntitySpan(3, 4, "LOC"), EntitySpan(6, 7, "PER")]]
+    >>> r = mention_outcomes(g, p, ["PER"])["PER"]
+    >>> r["covered"], r["other_label"], r["partial"], r["covered_recall"]
+    (1, 1, 1, 0.6666666666666666)
+    """
+    if len(gold) != len(pred):
+        raise InputError(f"{len(gold)} gold sentences but {len(pred)} predicted", expected="as many")
+    out: dict[str, dict[str, float]] = {}
+    for lab in labels:
+        acc = dict.fromkeys(MENTION_OUTCOMES, 0)
+        for g, p in zip(gold, pred, strict=True):
+            bounds = {(s.start, s.end): s.label for s in p}
+            covered = {i for s in p for i in range(s.start, s.end)}
+            for s in g:
+                if s.label != lab:
+                    continue
+                hit = sum(i in covered for i in range(s.start, s.end))
+                if (s.start, s.end) in bounds:
+                    acc["exact" if bounds[(s.start, s.end)] == lab else "other_label"] += 1
+                elif hit == s.end - s.start:
+                    acc["covered"] += 1
+                else:
+                    acc["partial" if hit else "missed"] += 1
+        n = sum(acc.values())
+        res: dict[str, float] = {"mentions": n, **acc}
+        res["covered_recall"] = (acc["exact"] + acc["other_label"] + acc["covered"]) / n if n else 0.0
+        out[lab] = res
     return out
 
 
@@ -395,6 +442,7 @@ def _scores(words: list[Any], gold: list[Any], pred: list[Any], clients: list[st
     n_tok = sum(map(len, words))
     tagged = sum(s.end - s.start for p in pred for s in p)
     return {"prf": span_prf(gold, pred), "token_recall": token_recall(gold, pred),
+            "mentions": mention_outcomes(gold, pred),
             "leak": leak_counts(words, gold, pred, clients=clients, seed=seed),
             "sentences": len(words), "tokens": n_tok, "tagged_fraction": tagged / n_tok if n_tok else 0.0}
 
@@ -559,6 +607,8 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
         "per_recall_asr_style": prim["asr"]["all"]["prf"]["PER"]["recall"],
         "per_recall_cased": prim["cased"]["all"]["prf"]["PER"]["recall"],
         "per_token_recall_asr_style": prim["asr"]["all"]["token_recall"]["PER"],
+        "per_covered_recall_asr_style": prim["asr"]["all"]["mentions"]["PER"]["covered_recall"],
+        "per_outcomes_asr_style": prim["asr"]["all"]["mentions"]["PER"],
         "per_precision_asr_style": prim["asr"]["all"]["prf"]["PER"]["precision"],
         "micro_f1_asr_style": prim["asr"]["all"]["prf"]["micro"]["f1"],
         "tagged_fraction_asr_style": prim["asr"]["all"]["tagged_fraction"],
@@ -602,12 +652,22 @@ def report(metrics: Mapping[str, Any]) -> str:
                 lk_s = "" if lk is None else f"{lk['leak_rate']:.3f}"
                 lines.append(f"| {s} | {style} | {lab} | {p['precision']:.3f} | {p['recall']:.3f} | {p['f1']:.3f} | "
                              f"{tr_s} | {lk_s} |")
+    lines += ["", "Gold PER mentions by outcome (exact span; same span, other label; covered with other boundaries; "
+              "partly covered; missed):", "", "| system | text | " + " | ".join(MENTION_OUTCOMES)
+              + " | covered recall |", "|---|---|" + "---:|" * (len(MENTION_OUTCOMES) + 1)]
+    for s, r in metrics["systems"].items():
+        for style in ("cased", "asr"):
+            m = r[style]["all"].get("mentions", {}).get("PER")
+            if m is not None:
+                lines.append(f"| {s} | {style} | " + " | ".join(str(m[k]) for k in MENTION_OUTCOMES)
+                             + f" | {m['covered_recall']:.3f} |")
     lines += ["", "| system | text | words in spans |", "|---|---|---|"]
     for s, r in metrics["systems"].items():
         for style in ("cased", "asr"):
             lines.append(f"| {s} | {style} | {r[style]['all'].get('tagged_fraction', 0.0):.4f} |")
     lines += ["", f"primary system: {metrics['primary_system']}; PER recall (ASR-style) "
               f"{metrics['per_recall_asr_style']:.4f} (token recall {metrics['per_token_recall_asr_style']:.4f}, "
+              f"mentions covered {metrics['per_covered_recall_asr_style']:.4f}, "
               f"precision {metrics['per_precision_asr_style']:.4f}); leak rate {metrics['leak_rate']:.4f}; Earnings-21 names "
               f"leaked {metrics['earnings21_names_leaked']} (strict {metrics['earnings21_names_leaked_strict']}): "
               + ", ".join(metrics["earnings21_names_leaked_list"]), ""]
