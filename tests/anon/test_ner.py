@@ -271,6 +271,17 @@ def test_names_around_titles_are_completed() -> None:
     assert got[2] == [] and got[3] == []
     assert got[4] == [EntitySpan(0, 2, "PER")]  # the trailing title takes "rushing", merged with "rodney"
     assert refine_persons(sents, spans, set(), common, cues=False)[1] == []
+    # what the rules must not take: a title as a surname, a contraction, a fragment, a multi-word model span,
+    # the title words before a trailing title
+    bad = [("i", "turn", "it", "over", "to", "vicente", "chief", "executive", "officer"),
+           ("before", "i", "turn", "the", "call", "over", "to", "alan", "i'd", "like"),
+           ("your", "question", "comes", "from", "josh", "f-"),
+           ("question", "from", "josh", "silverstein", "form", "wolfe"),
+           ("our", "executive", "vice", "president", "chief", "financial", "officer")]
+    found = [[EntitySpan(5, 6, "PER")], [EntitySpan(7, 8, "PER")], [EntitySpan(4, 5, "PER")],
+             [EntitySpan(2, 4, "PER")], []]
+    common_words = {"form", "chief", "executive", "officer", "vice", "president", "financial", "like"}
+    assert refine_persons(bad, found, set(), common_words) == found
 
 
 def test_propagation_of_common_word_names_needs_repeated_person_detections() -> None:

@@ -646,14 +646,16 @@ def _name_word(w: str, stop: frozenset[str]) -> bool:
 
 
 def _complete_cued_names(low: Sequence[str], spans: list[EntitySpan], stop: frozenset[str]) -> list[EntitySpan]:
-    """A PER span right after a cue ("ceo rodney" found by the model) takes the following name words up to 3
-    in all, common words included ("rushing"), as the cue pass would have."""
+    """A one-word PER span right after a cue (the model found "rodney" in "ceo rodney rushing") takes the next
+    word as its surname, common words included ("rushing"), unless that word is a stop word, a title ("chief"),
+    or not purely alphabetic ("i'd", "f-")."""
     taken = {i for s in spans for i in range(s.start, s.end)}
     out = []
     for s in spans:
         e = s.end
-        if s.label == "PER" and _cue_ends_at(low, s.start):
-            while e < len(low) and e - s.start < 3 and e not in taken and _name_word(low[e], stop):
+        if s.label == "PER" and e - s.start == 1 and e < len(low) and e not in taken and _cue_ends_at(low, s.start):
+            w = low[e]
+            if w.isalpha() and _name_word(w, stop) and w not in _TITLE_WORDS:
                 taken.add(e)
                 e += 1
         out.append(EntitySpan(s.start, e, s.label) if e != s.end else s)
@@ -669,16 +671,23 @@ TRAILING_TITLES: tuple[tuple[str, ...], ...] = (
 )
 
 
+#: Words that start a title (never a surname here).
+_TITLE_WORDS = frozenset({t[0] for t in TRAILING_TITLES} | TITLE_CUES | {
+    "president", "chairman", "co-chairman", "vice", "executive", "senior", "officer", "director", "head", "founder",
+    "co-founder", "treasurer", "secretary", "partner", "manager", "analyst"})
+
+
 def _titled_names(low: Sequence[str], taken: set[int], stop: frozenset[str], common: frozenset[str],
                   per_ends: set[int]) -> list[EntitySpan]:
     """PER spans of the 1-3 name words right before a :data:`TRAILING_TITLES` phrase, back to a stop word, a
-    token inside a span or a non-word; at least one of them must be an uncommon word (so "the company's ceo"
+    token inside a span, a non-word or another title word ("executive vice president"); at least one of them must be an uncommon word (so "the company's ceo"
     stays), or they must follow a PER span (``per_ends``: "rodney" + "rushing ceo")."""
     out = []
     starts = {j for j in range(len(low)) for t in TRAILING_TITLES if tuple(low[j:j + len(t)]) == t}
     for j in sorted(starts):
         a = j
-        while a > 0 and j - a < 3 and (a - 1) not in taken and _name_word(low[a - 1], stop):
+        while a > 0 and j - a < 3 and (a - 1) not in taken and _name_word(low[a - 1], stop) \
+                and low[a - 1] not in _TITLE_WORDS:
             a -= 1
         if a < j and (a in per_ends or any(_strip_possessive(w) not in common for w in low[a:j])):
             out.append(EntitySpan(a, j, "PER"))
@@ -699,8 +708,8 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
       when no span covers them, common words included, up to a word of ``stop`` (default spaCy's stop words) or
       a name-ending word ("from", "with", ...); a span of another label that starts with a title
       (:data:`TITLE_CUES`: "cfo sandra" tagged LOC) gives way to the PER name the cue pass finds after the title;
-      a PER span the model found right after a cue takes the following name words the same way ("ceo rodney" +
-      "rushing"); and the 1-3 name words right before a trailing title (:data:`TRAILING_TITLES`, "jj bistricer
+      a one-word PER span the model found right after a cue takes the next word as its surname ("ceo rodney" +
+      "rushing"; not a stop word, a title or a non-alphabetic token); and the 1-3 name words right before a trailing title (:data:`TRAILING_TITLES`, "jj bistricer
       chief operating officer") become PER when one of them is not a common word.
 
     >>> refine_persons([("thanks", "adi", "hoess", "and", "bob")], [[EntitySpan(1, 2, "ORG")]],
