@@ -671,6 +671,7 @@ TRAILING_TITLES: tuple[tuple[str, ...], ...] = (
 )
 
 
+_TRAILING_FIRST = frozenset(t[0] for t in TRAILING_TITLES)
 #: Words that start a title (never a surname here).
 _TITLE_WORDS = frozenset({t[0] for t in TRAILING_TITLES} | TITLE_CUES | {
     "president", "chairman", "co-chairman", "vice", "executive", "senior", "officer", "director", "head", "founder",
@@ -683,7 +684,8 @@ def _titled_names(low: Sequence[str], taken: set[int], stop: frozenset[str], com
     token inside a span, a non-word or another title word ("executive vice president"); at least one of them must be an uncommon word (so "the company's ceo"
     stays), or they must follow a PER span (``per_ends``: "rodney" + "rushing ceo")."""
     out = []
-    starts = {j for j in range(len(low)) for t in TRAILING_TITLES if tuple(low[j:j + len(t)]) == t}
+    starts = {j for j, w in enumerate(low) if w in _TRAILING_FIRST
+              for t in TRAILING_TITLES if tuple(low[j:j + len(t)]) == t}
     for j in sorted(starts):
         a = j
         while a > 0 and j - a < 3 and (a - 1) not in taken and _name_word(low[a - 1], stop) \
