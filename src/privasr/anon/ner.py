@@ -669,8 +669,6 @@ TRAILING_TITLES: tuple[tuple[str, ...], ...] = (
     ("chief", "medical", "officer"), ("chief", "investment", "officer"), ("chief", "marketing", "officer"),
     ("chief", "executive"), ("ceo",), ("cfo",), ("coo",), ("cto",),
 )
-
-
 _TRAILING_FIRST = frozenset(t[0] for t in TRAILING_TITLES)
 #: Words that start a title (never a surname here).
 _TITLE_WORDS = frozenset({t[0] for t in TRAILING_TITLES} | TITLE_CUES | {
@@ -681,8 +679,9 @@ _TITLE_WORDS = frozenset({t[0] for t in TRAILING_TITLES} | TITLE_CUES | {
 def _titled_names(low: Sequence[str], taken: set[int], stop: frozenset[str], common: frozenset[str],
                   per_ends: set[int]) -> list[EntitySpan]:
     """PER spans of the 1-3 name words right before a :data:`TRAILING_TITLES` phrase, back to a stop word, a
-    token inside a span, a non-word or another title word ("executive vice president"); at least one of them must be an uncommon word (so "the company's ceo"
-    stays), or they must follow a PER span (``per_ends``: "rodney" + "rushing ceo")."""
+    token inside a span, a non-word or another title word ("executive vice president"); at least one of them
+    must be an uncommon word (so "the company's ceo" stays), or they must follow a PER span (``per_ends``:
+    "rodney" + "rushing ceo")."""
     out = []
     starts = {j for j, w in enumerate(low) if w in _TRAILING_FIRST
               for t in TRAILING_TITLES if tuple(low[j:j + len(t)]) == t}
@@ -711,8 +710,9 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
       a name-ending word ("from", "with", ...); a span of another label that starts with a title
       (:data:`TITLE_CUES`: "cfo sandra" tagged LOC) gives way to the PER name the cue pass finds after the title;
       a one-word PER span the model found right after a cue takes the next word as its surname ("ceo rodney" +
-      "rushing"; not a stop word, a title or a non-alphabetic token); and the 1-3 name words right before a trailing title (:data:`TRAILING_TITLES`, "jj bistricer
-      chief operating officer") become PER when one of them is not a common word.
+      "rushing"; not a stop word, a title or a non-alphabetic token); and the 1-3 name words right before a
+      trailing title (:data:`TRAILING_TITLES`, "jj bistricer chief operating officer") become PER when one of
+      them is not a common word.
 
     >>> refine_persons([("thanks", "adi", "hoess", "and", "bob")], [[EntitySpan(1, 2, "ORG")]],
     ...                {"adi", "bob"}, {"and", "thanks"})
