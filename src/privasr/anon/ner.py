@@ -616,6 +616,12 @@ _CUE_STOP = frozenset({"from", "with", "at", "of", "and", "for", "please", "go",
                        "open", "uh", "um"})
 
 
+def _name_word(w: str, stop: frozenset[str]) -> bool:
+    """Whether ``w`` can be part of a cued name: a word of 2+ letters (``-`` and ``'`` allowed) that is neither
+    a stop word nor a name-ending word."""
+    return w not in stop and w not in _CUE_STOP and len(w) > 1 and w.replace("-", "").replace("'", "").isalpha()
+
+
 def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> list[EntitySpan]:
     """PER spans of 1-3 alphabetic tokens (``-`` and ``'`` allowed) right after a :data:`PERSON_CUES` phrase,
     ending before a word of ``stop`` or :data:`_CUE_STOP`; a token already inside a span ends the name."""
@@ -627,8 +633,7 @@ def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> li
             if tuple(low[j:j + k]) != cue:
                 continue
             a = e = j + k
-            while e < n and e - a < 3 and e not in taken and low[e] not in stop and low[e] not in _CUE_STOP \
-                    and len(low[e]) > 1 and low[e].replace("-", "").replace("'", "").isalpha():
+            while e < n and e - a < 3 and e not in taken and _name_word(low[e], stop):
                 e += 1
             if e > a and (e == n or low[e] in _CUE_STOP or low[e] in stop or e - a == 3 or e in taken):
                 out.append(EntitySpan(a, e, "PER"))
@@ -639,10 +644,6 @@ def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> li
 def _cue_ends_at(low: Sequence[str], i: int) -> bool:
     """Whether a :data:`PERSON_CUES` phrase ends right before token ``i``."""
     return any(i >= len(c) and tuple(low[i - len(c):i]) == c for c in PERSON_CUES)
-
-
-def _name_word(w: str, stop: frozenset[str]) -> bool:
-    return w not in stop and w not in _CUE_STOP and len(w) > 1 and w.replace("-", "").replace("'", "").isalpha()
 
 
 def _complete_cued_names(low: Sequence[str], spans: list[EntitySpan], stop: frozenset[str]) -> list[EntitySpan]:
@@ -671,7 +672,7 @@ TRAILING_TITLES: tuple[tuple[str, ...], ...] = (
 )
 _TRAILING_FIRST = frozenset(t[0] for t in TRAILING_TITLES)
 #: Words that start a title (never a surname here).
-_TITLE_WORDS = frozenset({t[0] for t in TRAILING_TITLES} | TITLE_CUES | {
+_TITLE_WORDS = frozenset(_TRAILING_FIRST | TITLE_CUES | {
     "president", "chairman", "co-chairman", "vice", "executive", "senior", "officer", "director", "head", "founder",
     "co-founder", "treasurer", "secretary", "partner", "manager", "analyst"})
 
