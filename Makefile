@@ -23,6 +23,10 @@ demo: setup
 	$(BIN)/privasr demo --out demo-out
 
 test: setup
+	# the TTS testbed tests need espeak-ng, sox, SphinxTrain and pocketsphinx's tools (Debian; best effort: they skip without them)
+	(command -v espeak-ng && command -v sox && command -v sphinx_fe && command -v pocketsphinx_mdef_convert && test -x /usr/lib/sphinxtrain/bw) >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq espeak-ng sox sphinxtrain sphinxbase-utils pocketsphinx >/dev/null) \
+		|| echo "espeak-ng / sox / sphinxtrain unavailable: the TTS testbed tests will skip"
 	# the kenlm module is an oracle for the ARPA tests; it compiles from source once (best effort: skip if it fails)
 	$(BIN)/python -c "import kenlm" 2>/dev/null || $(BIN)/python -m pip install --quiet "kenlm>=0.2" \
 		|| echo "kenlm unavailable: the tests that use it as an oracle will skip"

@@ -96,15 +96,19 @@ def _check(nbs, files):
     for nb in nbs:
         assert len(nb) >= 1
         assert nb.ref == fsdd_reference(nb.utt_id + ".wav")
-        totals = [h.scores["total"] for h in nb.hyps if "total" in h.scores]
+        # hyps[0] is the decoder's 1-best (bestpath); the others follow by their A* score
+        assert nb.hyps[0].text == nb.meta["decoder_1best"] and nb.hyps[0].meta["score_src"] == "hyp"
+        assert all(h.meta["score_src"] == "nbest" for h in nb.hyps[1:])
+        totals = [h.scores["total"] for h in nb.hyps[1:]]
         assert totals == sorted(totals, reverse=True)
+        assert all(h.scores["nbest"] == h.scores["total"] for h in nb.hyps[1:])
         texts = [h.text for h in nb.hyps]
         assert len(set(texts)) == len(texts)  # duplicates merged
-        assert nb.meta["decoder_1best"] in texts  # the decoder's 1-best is always there
+        assert nb.meta["n_nbest_unique"] >= len(nb) - 1 and nb.meta["n_nbest_paths"] >= nb.meta["n_nbest_unique"]
+        assert nb.meta["audio_sec"] > 0
         for h in nb.hyps:
             assert h.scores["lm"] <= 0.0
-            if "total" in h.scores:
-                assert h.scores["am"] < 0.0
+            assert h.scores["am"] < 0.0  # every string of the list is a path of the lattice
             assert all("(" not in w and not w.startswith("<") for w in h.words)
 
 
@@ -122,7 +126,7 @@ def test_decode_fsdd_digits_lm(tmp_path, fsdd_recordings):
         assert all(set(h.words) <= set(DIGITS) for h in nb.hyps)
         # unigram LM: ln P = (n + 1) * ln(1/11)
         for h in nb.hyps:
-            assert math.isclose(h.scores["lm"], (len(h) + 1) * math.log(1 / 11), abs_tol=1e-3)
+            assert math.isclose(h.scores["lm"], (len(h) + 1) * math.log(1 / 11), abs_tol=1e-6)  # exact ARPA query
     w1, wo = onebest_wer(nbs), oracle_wer(nbs)
     assert 0.0 <= wo.wer <= w1.wer <= 1.0
     assert stats[0].utterances == 10 and stats[0].audio_s > 0 and stats[0].rtf > 0
@@ -134,6 +138,26 @@ def test_decode_fsdd_bundled_lm_deterministic(fsdd_recordings):
     _check(a, files)
     b = decode_files(files[:1], nbest=4, refs={files[0].stem: fsdd_reference(files[0])})
     assert a[0] == b[0]
+    # a list does not depend on what the decoder saw before (the front end is reset per utterance)
+    c = decode_files(files[::-1], nbest=4, refs={f.stem: fsdd_reference(f) for f in files})
+    assert c[::-1] == a
+
+
+def test_lattice_am_scores_rank_like_the_decoder(fsdd_recordings, tmp_path):
+    """The lattice acoustic score plus the weighted LM score and word penalty reproduce the A* order."""
+    files = _test_split(fsdd_recordings, 4)
+    arpa, dic = digits_lm(tmp_path)
+    dec = Decoder(lm=arpa, dict=dic, nbest=5)
+    for nb in decode_files(files, decoder=dec):
+        for h in nb.hyps:
+            assert h.scores["am"] <= 0.0 and math.isfinite(h.scores["am"])
+        if len(nb) > 2:
+            # the A* score is the best path's am + lw * lm + wip per word: differences track am + lw * lm
+            lwf = dec.bestpath_lw
+            recon = [h.scores["am"] + lwf * h.scores["lm"] + (len(h) + 1) * math.log(dec.wip) * lwf / dec.lw
+                     for h in nb.hyps[1:]]
+            totals = [h.scores["total"] for h in nb.hyps[1:]]
+            assert np.corrcoef(recon, totals)[0, 1] > 0.9
 
 
 @pytest.mark.slow

@@ -116,7 +116,7 @@ def _raw(data: Path, tmp: Path, **over) -> dict:
            "mix": {"size": 0.12, "weights": None}, "primary": "wc_m4",
            "search": {"ranges": {"lm": [0, 4, 1], "word_penalty": [-2, 2, 1]}, "max_rounds": 3, "restarts": 1,
                       "coarse_points": 3},
-           "eval": {"bootstrap_resamples": 20}, "cache_dir": str(tmp / "cache")}
+           "eval": {"bootstrap_resamples": 20}, "cache_dir": str(tmp / "cache"), "export_arpa": True}
     return apply_overrides(raw, over)
 
 
@@ -145,6 +145,22 @@ def test_results_have_the_contract_keys_and_tables(first_run):
     assert abs(eq2["lw"] + eq2["lc"] - 1) < 1e-9 and 0 <= eq2["ln"] <= 1
     assert res["data_info"]["adaptation_tokens"]["20"] >= res["data_info"]["adaptation_tokens"]["12"]
     assert "Table 2" in (tmp / "out" / "report.md").read_text()
+
+
+def test_first_pass_arpa_models_are_exported(first_run):
+    from privasr.lm.ngram.arpa import read_arpa
+
+    tmp, _, _ = first_run
+    info = json.loads((tmp / "out" / "results.json").read_text())["first_pass_arpa"]
+    assert set(info) == {"m1_anon", "m1_orig", "m2_anon", "m3_anon", "mix_wc_m3"}
+    models = {k: read_arpa(v["path"]) for k, v in info.items()}
+    for k, m in models.items():
+        assert [m.num_ngrams(n) for n in range(1, m.order + 1)] == info[k]["ngrams"]
+    # the class n-gram expanded into words: no class token left, its members are words of the model
+    assert not any(w.startswith("<") and w not in ("<s>", "</s>", "<unk>") for w in models["m2_anon"].vocab)
+    # the merged model holds the union of its components' vocabularies
+    assert set(models["m1_anon"].vocab) <= set(models["mix_wc_m3"].vocab)
+    assert abs(sum(info["mix_wc_m3"]["weights"]) - 1) < 1e-9
 
 
 def test_anonymised_training_text_holds_no_detected_entity_word(data):
@@ -217,6 +233,7 @@ def test_the_command_runs_a_config_file_with_overrides(data, first_run, monkeypa
     ({"order": 9}, "order"),
     ({"approx.method": "exact"}, "approx.method"),
     ({"bogus": 1}, "bogus"),
+    ({"export_arpa": "yes"}, "export_arpa"),
 ])
 def test_bad_config_values_name_the_key(data, tmp_path, over, key):
     with pytest.raises(ConfigError, match=re.escape(key)):

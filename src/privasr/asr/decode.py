@@ -1,33 +1,40 @@
 """First-pass decoding of WAV files with pocketsphinx into canonical N-best lists.
 
 :class:`Decoder` wraps a ``pocketsphinx.Decoder`` (the bundled en-us acoustic model, dictionary and LM by
-default; or a given ARPA/binary LM and pronunciation dictionary). :func:`decode_files` reads each WAV
-(any sample rate, averaged to mono, resampled to 16 kHz with :func:`scipy.signal.resample_poly`, 16-bit
-PCM), decodes it and returns one :class:`~privasr.corpus.records.NBest` per file (``utt_id`` = the file
-stem). Each list is the decoder's N-best (A* search over the lattice) with identical word sequences merged
-(the best score kept), filler and silence tokens removed (``<s>``, ``</s>``, ``<sil>``, ``[NOISE]``,
-``++NOISE++``) and pronunciation-variant suffixes (``(2)``) stripped; the decoder's 1-best (bestpath) is
-added when the N-best lacks it; hypotheses are sorted by ``total``, best first.
+default; or a given ARPA/binary LM, pronunciation dictionary and acoustic model, e.g. one adapted with
+:func:`privasr.asr.adapt.adapt_model`). :func:`decode_files` reads each WAV (any sample rate, averaged to
+mono, resampled to 16 kHz with :func:`scipy.signal.resample_poly`, 16-bit PCM), decodes it and returns one
+:class:`~privasr.corpus.records.NBest` per file (``utt_id`` = the file stem).
+
+The N-best list is built as the shared ``ami-tts-nbest*`` sets were (their SOURCE.txt): ``hyps[0]`` is
+always the decoder's 1-best (``hyp()``, the bestpath result); then the first ``nbest_paths`` (300) paths of
+pocketsphinx's A* search (``nbest()``) are read, filler and silence tokens removed (``<s>``, ``</s>``,
+``<sil>``, ``[NOISE]``, ``++NOISE++``) and pronunciation-variant suffixes (``(2)``) stripped, identical
+strings merged keeping their best A* score, and the best ``nbest - 1`` strings other than the 1-best follow,
+best A* score first.
 
 Scores (natural log, larger is better; pocketsphinx computes in integer log base ``logbase`` = 1.0001,
 and its path scores are further right-shifted by ``SENSCR_SHIFT`` = 10 bits, so one path-score unit is
 ``1024 * ln(1.0001)`` nats):
 
-* ``total`` -- the decoder's N-best path score, ``raw * 1024 * ln(logbase)``: pocketsphinx's acoustic
-  score (senone scores normalised by the best senone of each frame, so not a true log-likelihood) plus
-  ``bestpathlw`` times the LM log-probability plus ``bestpathlw/lw * ln(wip)`` per word. Only differences
-  between hypotheses of one utterance are meaningful.
-* ``lm`` -- the first-pass LM's log-probability of the words, unweighted: ``ln P(w_1..w_n </s> | <s>)``
-  with trigram context, computed here from the same LM file (pocketsphinx ``NGramModel``, raw
-  ``log_1.0001`` values times ``ln 1.0001``). This is what :mod:`privasr.rescore.combine` expects as the
-  ``lm`` feature.
-* ``am`` -- the acoustic part implied by the total: ``total - bestpathlw * lm - (n + 1) * bestpathlw/lw *
-  ln(wip)`` (``n`` words plus ``</s>``). pocketsphinx's Python API gives only the total for N-best entries,
-  so ``am`` is derived, not measured; it includes silence/filler penalties and the per-frame normalisation.
+* ``am`` -- the decoder's own acoustic score of the words: the best path through the utterance's word
+  lattice (``Lattice.write_htk``, the links' ``a=`` scores) whose non-filler words are the hypothesis, fillers,
+  silence and null nodes free (:func:`privasr.corpus.formats.htk_lattice.best_path_scores`). Every hypothesis
+  of an utterance comes from the same lattice, so ``am`` is comparable across them (pocketsphinx normalises
+  senone scores per frame, so not across utterances). Absent when no lattice path spells the words.
+* ``lm`` -- the first-pass LM's log-probability ``ln P(w_1..w_n </s> | <s>)``: with an ARPA LM, the exact
+  backoff value from :class:`~privasr.lm.ngram.model.NgramModel` (as KenLM's ``Model.score(bos=True,
+  eos=True)`` gives it); with a binary LM, pocketsphinx's ``NGramModel`` (quantised to 1e-4 nats per word).
+* ``total`` -- the decoder's path score: the bestpath score for ``hyps[0]`` and the A* score for the others.
+  **The two are on different scales** (bestpath vs A*): compare ``total`` only within ``hyps[1:]``.
+* ``nbest`` -- the A* score of every string found among the A* paths (``hyps[0]`` too, when it is there).
 
-The decoder's 1-best, when the N-best lacks it, has no N-best path score; it gets the best ``total`` of the
-list (so it ranks first) and ``meta["source"] = "hyp"`` (N-best entries have ``"nbest"``). Decoding is
-deterministic (no seed).
+``Hypothesis.meta["score_src"]`` is ``"hyp"`` for ``hyps[0]`` and ``"nbest"`` for the rest. ``NBest.meta``
+holds ``decoder_1best``, ``audio_sec``, ``onebest_in_nbest`` (whether the 1-best string was among the A*
+paths), ``n_nbest_paths`` and ``n_nbest_unique``. For rescoring use ``am + a*lm_new + b*lm + c*n_words``
+with weights tuned on dev. Decoding is deterministic (no seed): the feature front end is reset before every
+utterance (pocketsphinx otherwise carries CMN and noise estimates over from the previous one), so an
+utterance's list does not depend on what was decoded before it, or in which process.
 
 >>> strip_tokens(["<s>", "seven(2)", "<sil>", "[NOISE]", "two", "</s>"])
 ('seven', 'two')
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -143,23 +151,25 @@ class DecodeStats:
 
 
 class Decoder:
-    """A pocketsphinx decoder producing canonical N-best lists.
+    """A pocketsphinx decoder producing canonical N-best lists (see the module doc for the recipe).
 
     Args:
         lm: an ARPA (or pocketsphinx binary) LM; ``None`` for the bundled en-us LM.
         dict: a pronunciation dictionary (CMUdict format); ``None`` for the bundled cmudict.
         hmm: an acoustic model folder; ``None`` for the bundled en-us model.
-        nbest: the most hypotheses to keep per utterance (after merging duplicates).
+        nbest: the most hypotheses to keep per utterance (the 1-best and ``nbest - 1`` others).
+        nbest_paths: how many A* paths to read for them.
         options: other pocketsphinx parameters (e.g. ``{"lw": 8.0, "beam": 1e-60}``).
     """
 
     def __init__(self, *, lm: str | Path | None = None, dict: str | Path | None = None,  # noqa: A002
-                 hmm: str | Path | None = None, nbest: int = 10,
+                 hmm: str | Path | None = None, nbest: int = 10, nbest_paths: int = 300,
                  options: Mapping[str, Any] | None = None) -> None:
         import pocketsphinx
 
-        if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
-            raise ConfigError(f"nbest is {nbest!r}", expected="an integer >= 1")
+        for name, v in (("nbest", nbest), ("nbest_paths", nbest_paths)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} is {v!r}", expected="an integer >= 1")
         base = default_model()
         paths = {"lm": lm, "dict": dict, "hmm": hmm}
         for k, v in paths.items():
@@ -168,6 +178,7 @@ class Decoder:
                                  path=v, expected="an existing file" if k != "hmm" else "an existing folder")
         self.paths = {k: str(v) if v is not None else base[k] for k, v in paths.items()}
         self.nbest = nbest
+        self.nbest_paths = nbest_paths
         self.options = dict_(options or {})
         kwargs = {**self.paths, "loglevel": "ERROR", "samprate": SAMPLE_RATE, **self.options}
         try:
@@ -175,10 +186,12 @@ class Decoder:
         except (RuntimeError, ValueError, KeyError) as e:
             raise ConfigError(f"pocketsphinx could not load lm={self.paths['lm']} dict={self.paths['dict']} "
                               f"hmm={self.paths['hmm']} ({e})", expected="a valid LM, dictionary and model") from None
-        try:
-            self._lm = pocketsphinx.NGramModel.readfile(self.paths["lm"])
-        except ValueError:
-            raise InputError("cannot read the LM", path=self.paths["lm"], expected="an ARPA or binary LM") from None
+        self._arpa = _read_arpa_or_none(self.paths["lm"])
+        if self._arpa is None:
+            try:
+                self._lm = pocketsphinx.NGramModel.readfile(self.paths["lm"])
+            except ValueError:
+                raise InputError("cannot read the LM", path=self.paths["lm"], expected="an ARPA or binary LM") from None
         cfg = self._ps.config
         self.logbase = float(cfg["logbase"])
         self.lw = float(cfg["lw"])
@@ -189,11 +202,14 @@ class Decoder:
     @property
     def config(self) -> dict[str, Any]:
         """The settings that determine the output (model paths, N-best size, LM weights)."""
-        return {**self.paths, "nbest": self.nbest, "logbase": self.logbase, "lw": self.lw,
-                "bestpath_lw": self.bestpath_lw, "wip": self.wip, "sample_rate": SAMPLE_RATE, **self.options}
+        return {**self.paths, "nbest": self.nbest, "nbest_paths": self.nbest_paths, "logbase": self.logbase,
+                "lw": self.lw, "bestpath_lw": self.bestpath_lw, "wip": self.wip, "sample_rate": SAMPLE_RATE,
+                "am_score": "lattice best path", **self.options}
 
     def lm_logprob(self, words: Sequence[str]) -> float:
-        """``ln P(words </s> | <s>)`` under the first-pass LM (unweighted, trigram context at most)."""
+        """``ln P(words </s> | <s>)`` under the first-pass LM (unweighted)."""
+        if self._arpa is not None:
+            return self._arpa.score(list(words)).ln_total
         ctx = ["<s>"]
         total = 0
         for w in (*words, "</s>"):
@@ -209,60 +225,93 @@ class Decoder:
             return -math.inf
         return math.log(raw) * (1 << SENSCR_SHIFT)
 
-    def decode_pcm(self, pcm: np.ndarray, utt_id: str, ref: Sequence[str] | None = None) -> NBest:
-        """Decode 16 kHz 16-bit mono samples into an :class:`NBest` (see the module doc for the scores)."""
+    def _lattice_am(self, hyps: Sequence[tuple[str, ...]]) -> list[float | None]:
+        from privasr.corpus.formats.htk_lattice import best_path_scores, read_htk_lattice
+
+        lat = self._ps.get_lattice()
+        if lat is None:
+            return [None] * len(hyps)
+        with tempfile.TemporaryDirectory(prefix="privasr-lat-") as tmp:
+            f = Path(tmp) / "utt.slf"
+            lat.write_htk(str(f))
+            parsed = read_htk_lattice(f)
+        return best_path_scores(parsed, hyps, word_key=lambda w: _VARIANT.sub("", w))
+
+    def decode_pcm(self, pcm: np.ndarray, utt_id: str, ref: Sequence[str] | None = None, *,
+                   timing: dict[str, float] | None = None) -> NBest:
+        """Decode 16 kHz 16-bit mono samples into an :class:`NBest` (see the module doc for the recipe).
+
+        ``timing``, if given, receives the seconds spent in ``decode``, ``nbest_lattice`` and ``post``.
+        """
         ps = self._ps
+        t0 = time.perf_counter()
+        # pocketsphinx carries feature state (CMN, noise estimates) from one utterance to the next, so the
+        # same audio decodes differently after different predecessors; a fresh front end per utterance makes
+        # every result independent of the order and of the process that decodes it.
+        ps.reinit_feat()
         ps.start_utt()
         ps.process_raw(np.ascontiguousarray(pcm, dtype=np.int16).tobytes(), full_utt=True)
         ps.end_utt()
+        t1 = time.perf_counter()
         hyp = ps.hyp()
-        best_words = strip_tokens(hyp.hypstr.split()) if hyp is not None else None
-        merged: dict[tuple[str, ...], float] = {}
-        order: list[tuple[str, ...]] = []
-        if hyp is not None:
-            seen = 0
-            for h in ps.nbest():
-                if h is None:  # the binding yields None when the A* search runs dry
-                    break
-                # the binding returns logmath_exp(score): log() undoes it; the score is in shifted units
-                words = strip_tokens(h.hypstr.split())
-                total = self._path_score(h.score)
-                if words not in merged:
-                    order.append(words)
-                    merged[words] = total
-                elif total > merged[words]:
-                    merged[words] = total
-                seen += 1
-                if len(merged) >= self.nbest and seen >= self.nbest:
-                    break
-        sources = dict.fromkeys(merged, "nbest")
-        if best_words is not None and best_words not in merged:
-            top = max(merged.values(), default=self._path_score(hyp.score))
-            merged[best_words] = top
-            sources[best_words] = "hyp"
-            order.insert(0, best_words)
-        ranked = sorted(order, key=lambda w: (-merged[w], 0 if w == best_words else 1))[: self.nbest]
-        if best_words is not None and best_words not in ranked:
-            ranked[-1] = best_words
-            ranked.sort(key=lambda w: (-merged[w], 0 if w == best_words else 1))
-        lwf = self.bestpath_lw / self.lw
+        meta: dict[str, Any] = {"audio_sec": len(pcm) / SAMPLE_RATE}
+        if hyp is None:  # nothing recognised
+            if timing is not None:
+                timing.update(decode=t1 - t0, nbest_lattice=0.0, post=0.0)
+            return NBest(utt_id, (), ref=tuple(ref) if ref is not None else None,
+                         meta={**meta, "n_nbest_paths": 0, "n_nbest_unique": 0})
+        best_words = strip_tokens(hyp.hypstr.split())
+        best_total = self._path_score(hyp.score)
+        astar: dict[tuple[str, ...], float] = {}
+        n_paths = 0
+        for h in ps.nbest():
+            if h is None:  # the binding yields None when the A* search runs dry
+                break
+            n_paths += 1
+            words = strip_tokens(h.hypstr.split())
+            total = self._path_score(h.score)
+            if words not in astar or total > astar[words]:
+                astar[words] = total
+            if n_paths >= self.nbest_paths:
+                break
+        others = sorted((w for w in astar if w != best_words), key=lambda w: -astar[w])[: self.nbest - 1]
+        ranked = [best_words, *others]
+        ams = self._lattice_am(ranked)
+        t2 = time.perf_counter()
         hyps = []
-        for w in ranked:
-            if not w and best_words is not None and w != best_words:
-                continue  # an empty N-best entry adds nothing unless it is the decoder's answer
-            total = merged[w]
-            lm = self.lm_logprob(w)
-            am = total - self.bestpath_lw * lm - (len(w) + 1) * lwf * math.log(self.wip)
-            scores = {"am": am, "lm": lm, "total": total} if math.isfinite(total) else {"lm": lm}
-            hyps.append(Hypothesis(w, scores=scores, meta={"source": sources[w]}))
-        meta = {"decoder_1best": " ".join(best_words) if best_words is not None else None,
-                "audio_s": round(len(pcm) / SAMPLE_RATE, 6)}
-        return NBest(utt_id, tuple(hyps), ref=tuple(ref) if ref is not None else None,
-                     meta={k: v for k, v in meta.items() if v is not None})
+        for k, (w, am) in enumerate(zip(ranked, ams, strict=True)):
+            total = best_total if k == 0 else astar[w]
+            scores = {"total": total, "lm": self.lm_logprob(w)}
+            if am is not None:
+                scores["am"] = am
+            if w in astar:
+                scores["nbest"] = astar[w]
+            scores = {n: v for n, v in scores.items() if not math.isnan(v) and v != math.inf}
+            hyps.append(Hypothesis(w, scores=scores, meta={"score_src": "hyp" if k == 0 else "nbest"}))
+        meta.update(decoder_1best=" ".join(best_words), onebest_in_nbest=best_words in astar,
+                    n_nbest_paths=n_paths, n_nbest_unique=len(astar))
+        out = NBest(utt_id, tuple(hyps), ref=tuple(ref) if ref is not None else None, meta=meta)
+        if timing is not None:
+            timing.update(decode=t1 - t0, nbest_lattice=t2 - t1, post=time.perf_counter() - t2)
+        return out
 
     def decode_file(self, path: str | Path, ref: Sequence[str] | None = None) -> NBest:
         """Read and decode one WAV file (``utt_id`` = its stem)."""
         return self.decode_pcm(read_audio(path), Path(path).stem, ref)
+
+
+def _read_arpa_or_none(path: str) -> Any:
+    """The LM as an :class:`NgramModel` when it is an ARPA file, else ``None`` (a pocketsphinx binary LM)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if b"\\data\\" not in head:
+        return None
+    from privasr.lm.ngram.arpa import read_arpa
+
+    return read_arpa(path)
 
 
 def dict_(m: Mapping[str, Any]) -> dict[str, Any]:

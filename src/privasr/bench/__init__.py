@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "fedlm": "privasr.bench.fedlm:run",
     "ftl": "privasr.bench.ftl:run",
     "ner": "privasr.bench.ner:run",
+    "tts-nbest": "privasr.bench.tts_nbest:run",
 }
 
 

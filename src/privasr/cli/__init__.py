@@ -73,6 +73,7 @@ def _register() -> None:
     app.command("demo")(demo.demo)
     app.command("bench")(bench.bench)
     app.command("decode")(decode.decode)
+    app.command("adapt")(decode.adapt)
     app.command("anonymize")(anonymize.anonymize)
 
 

@@ -142,3 +142,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         except yaml.YAMLError:
             raise ConfigError(f"override {item!r} has an unreadable value", expected="a YAML scalar or list") from None
     return out
+
+
+def _register() -> None:
+    from privasr.cli.data_tts import tts_nbest
+
+    app.command("tts-nbest")(tts_nbest)
+
+
+_register()

@@ -10,7 +10,7 @@ import typer
 
 from privasr.errors import InputError
 
-__all__ = ["decode", "collect_wavs"]
+__all__ = ["decode", "adapt", "collect_wavs", "load_adaptation_data"]
 
 
 def collect_wavs(inputs: list[Path]) -> list[Path]:
@@ -46,10 +46,13 @@ def decode(
     fsdd: Annotated[bool, typer.Option("--fsdd", help="References from FSDD file names ({digit}_{speaker}_{index}.wav).")] = False,
     limit: Annotated[int | None, typer.Option("--limit", help="Decode only the first N files.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Worker processes (each loads its own decoder).")] = 1,
+    adapt_data: Annotated[tuple[Path, Path] | None, typer.Option("--adapt", help="AUDIO_DIR TRANSCRIPTS: adapt the acoustic model to these speakers first (WAVs named by utterance id; transcripts in any supported transcript format).")] = None,
+    adapt_method: Annotated[str, typer.Option("--adapt-method", help="map or mllr (with --adapt).")] = "map",
+    adapt_out: Annotated[Path | None, typer.Option("--adapt-out", help="Where to save the adapted model (with --adapt; default OUT.model); reuse it later with --hmm.")] = None,
 ) -> None:
     """Decode WAV files with pocketsphinx into canonical N-best JSON Lines.
 
-    Scores per hypothesis (natural log): total (the decoder's N-best path score), lm (the first-pass LM's log-probability of the words) and am (total minus the weighted LM and word-insertion terms). Writes OUT and OUT.results.json (config, version, metrics: utterances, WER and oracle WER with references, real-time factor) and prints a summary line. Decoding is deterministic (seed: none).
+    hyps[0] is the decoder's 1-best, the others the best other strings of its A* N-best. Scores per hypothesis (natural log): am (the best lattice path spelling the words), lm (the first-pass LM's log-probability), total (the decoder's path score; bestpath for hyps[0], A* for the rest) and nbest (the A* score). With --adapt the acoustic model is first MAP- (or MLLR-) adapted with SphinxTrain to the given speakers' audio and transcripts and saved. Writes OUT and OUT.results.json (config, version, metrics: utterances, WER and oracle WER with references, real-time factor) and prints a summary line. Decoding is deterministic (seed: none).
     """
     from privasr import __version__
     from privasr.asr.decode import Decoder, DecodeStats, decode_files, fsdd_reference
@@ -78,6 +81,8 @@ def decode(
         if missing:
             raise InputError(f"{len(missing)} utterances have no reference (e.g. {', '.join(missing[:5])})",
                              path=ref, expected="a reference for every file stem")
+    if adapt_data is not None:
+        hmm = _adapt(adapt_data, adapt_out or out.with_name(out.name + ".model"), adapt_method, hmm, dictionary)
     probe = Decoder(lm=lm, dict=dictionary, hmm=hmm, nbest=nbest)  # validates the models before any work
     kw = {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs}
     stats: list[DecodeStats] = []
@@ -111,6 +116,8 @@ def decode(
     config = {"inputs": [str(p) for p in inputs], "files": len(wavs), "lm": str(lm) if lm else None,
               "dict": str(dictionary) if dictionary else None, "hmm": str(hmm) if hmm else None, "nbest": nbest,
               "ref": str(ref) if ref else None, "fsdd": fsdd, "limit": limit, "jobs": jobs,
+              "adapt": [str(p) for p in adapt_data] if adapt_data else None,
+              "adapt_method": adapt_method if adapt_data else None,
               "decoder": probe.config}
     data = {"nbest": out, **({"lm": lm} if lm else {}), **({"dict": dictionary} if dictionary else {}),
             **({"ref": ref} if ref else {})}
@@ -118,6 +125,48 @@ def decode(
                         extra={"seed_note": "decoding is deterministic; no seed"},
                         filename=f"{out.name}.results.json")
     typer.echo(f"privasr {__version__} decode: {summary} -> {out} ({res.name})")
+
+
+def load_adaptation_data(audio_dir: Path, transcripts: Path) -> tuple[dict[str, Path], dict[str, tuple[str, ...]]]:
+    """The WAVs of ``audio_dir`` (id = file stem) and their transcripts (one transcript set, any format)."""
+    from privasr.corpus.load import load_path
+
+    wavs = {w.stem: w for w in collect_wavs([audio_dir])}
+    sets = [d for d in load_path(transcripts) if d.kind == "transcript"]
+    if len(sets) != 1:
+        raise InputError(f"holds {len(sets)} transcript sets", path=transcripts, expected="one transcript set")
+    texts = {t.utt_id: tuple(t.words) for t in sets[0].records}
+    missing = [u for u in wavs if u not in texts]
+    if missing:
+        raise InputError(f"{len(missing)} WAVs have no transcript (e.g. {', '.join(missing[:3])})",
+                         path=transcripts, expected="a transcript for every WAV file stem in " + str(audio_dir))
+    return wavs, texts
+
+
+def _adapt(data: tuple[Path, Path], out: Path, method: str, base: Path | None, dictionary: Path | None) -> Path:
+    from privasr.asr.adapt import adapt_model
+
+    wavs, texts = load_adaptation_data(*data)
+    model = adapt_model(wavs, texts, out, method=method, base=base, dictionary=dictionary,
+                        progress=lambda m: typer.echo(f"adapt: {m}", err=True))
+    typer.echo(f"adapt: {method.upper()} on {model.utterances} utterances ({model.audio_s / 60:.1f} min; left out "
+               f"{model.left_out}) -> {model.path}", err=True)
+    return model.path
+
+
+def adapt(
+    audio_dir: Annotated[Path, typer.Argument(help="Folder of WAV files (any rate), one utterance each, named by utterance id.")],
+    transcripts: Annotated[Path, typer.Argument(help="Their transcripts, in any supported transcript format (Kaldi text, trn, JSON Lines, ...).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The adapted model folder to write (new or empty).")],
+    method: Annotated[str, typer.Option("--method", help="map (maximum a-posteriori) or mllr (one global mean transform).")] = "map",
+    hmm: Annotated[Path | None, typer.Option("--hmm", help="The model to adapt; default: pocketsphinx's en-us.")] = None,
+    dictionary: Annotated[Path | None, typer.Option("--dict", help="Pronunciation dictionary; default: pocketsphinx's cmudict.")] = None,
+) -> None:
+    """Adapt a pocketsphinx acoustic model to your speakers with SphinxTrain (MAP or MLLR).
+
+    Utterances with a word outside the dictionary are left out (counted). The folder holds a full model plus privasr-model.json; decode with it: privasr decode WAVS --hmm OUT --out N.jsonl.
+    """
+    _adapt((audio_dir, transcripts), out, method, hmm, dictionary)
 
 
 def _decode_chunk(paths: list[Path], kw: dict) -> tuple[list, object]:

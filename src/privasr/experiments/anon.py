@@ -92,10 +92,11 @@ from privasr import __version__
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["AnonRunConfig", "load_anon_config", "run_anon", "normalise_marked", "TurnTexts", "build_turn_texts",
-           "entity_class_map", "split_meetings", "draw_adaptation_sets", "eq2_weights", "SYSTEMS"]
+           "entity_class_map", "split_meetings", "draw_adaptation_sets", "eq2_weights", "SYSTEMS",
+           "export_first_pass_arpa"]
 
 _TOP = ("name", "seed", "data", "ner", "pool", "adaptation", "order", "fma", "lstm", "approx", "mix", "primary",
-        "search", "eval", "cache_dir")
+        "search", "eval", "cache_dir", "export_arpa")
 SYSTEMS = ("wc", "wc_m3", "wc_m4")
 """The interpolated systems of Table 4: word + class, + adapted M3, + fine-tuned M4 (``primary`` is one)."""
 _FALLBACK = (0.5, 1.0, 1.5)  # lmplz --discount_fallback: only where the closed-form discounts fail (tiny data)
@@ -130,6 +131,7 @@ class AnonRunConfig:
     cache_dir: Path | None
     raw: Mapping[str, Any] = field(repr=False)
     approx_method: str = "overwrite"
+    export_arpa: bool = False
 
 
 def _fraction(v: Any, where: str, *, closed: bool = True) -> float:
@@ -254,9 +256,12 @@ def load_anon_config(config: Mapping[str, Any], *, check_files: bool = True) -> 
     resamples = _int(ev.get("bootstrap_resamples", 1000), "eval.bootstrap_resamples", 1)
     cache = raw.get("cache_dir")
     cache_dir = Path(expand_vars(_str(cache, "cache_dir"))) if cache is not None else None
+    export = raw.get("export_arpa", False)
+    if not isinstance(export, bool):
+        raise ConfigError(f"config key 'export_arpa' is {export!r}", expected="true or false")
     return AnonRunConfig(name, seed, transcripts, dev, test, ner_model, pool_fraction, sizes, mix_size, order,
                          tuple(betas), float(mu), lstm_cfg, topk, mix_weights, primary, search, resamples, cache_dir,
-                         raw, approx_method)
+                         raw, approx_method, export)
 
 
 # ------------------------------------------------------------------------------------------------ texts
@@ -856,6 +861,12 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
                                  "dev_ppl": em.ppl, "iterations": len(em.iterations)}
         lms[f"mix_{sysname}"] = _Memo(LinearMix(models, w))
     timings["mix_s"] = time.perf_counter() - t0
+    arpa_info = None
+    if cfg.export_arpa:
+        say("writing the word ARPA models for first-pass decoding")
+        t0 = time.perf_counter()
+        arpa_info = export_first_pass_arpa(Path(out) / "arpa", lms, bases, mix_info["wc_m3"]["weights"], p)
+        timings["export_arpa_s"] = time.perf_counter() - t0
 
     say("perplexities")
     # ---- perplexities
@@ -929,12 +940,43 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     timings["total_s"] = time.perf_counter() - t_start
     metrics.update(timings)
     extra = {"tables": tables, "systems": rows, "fma": fma_info, "mix": mix_info, "data_info": data_info,
-             "models": store.info, "ppl_by_lm": ppl, "oov_rate_by_lm": oov,
+             "models": store.info, "ppl_by_lm": ppl, "oov_rate_by_lm": oov, "first_pass_arpa": arpa_info,
              "command": list(argv) if argv is not None else None}
     write_results(out, config=dict(cfg.raw), seed=cfg.seed, metrics=metrics,
                   data={"dev": cfg.dev, "test": cfg.test}, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tables, data_info), encoding="utf-8")
     return metrics
+
+
+def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[str, Any], mix_weights: Sequence[float],
+                           size: str) -> dict[str, Any]:
+    """Write the word ARPA models a first-pass decoder can take (paper 003 decodes with them, too).
+
+    ``m1_anon`` / ``m1_orig`` (M1 on anonymised / original text), ``m2_anon`` (the class n-gram expanded into
+    words, :func:`~privasr.lm.ngram.class_lm.expand_to_word_arpa`), ``m3_anon`` and ``mix_wc_m3``: the adapted
+    M1 + M2 + M3 at the mix size, merged into one backoff model with the EM weights (static interpolation,
+    :func:`~privasr.lm.mix.merge_ngrams`). Returns each file's path and n-gram counts.
+    """
+    from privasr.lm.mix import merge_ngrams
+    from privasr.lm.ngram.class_lm import expand_to_word_arpa
+
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def inner(name: str) -> Any:
+        lm = lms[name]
+        return lm.lm if isinstance(lm, _Memo) else lm
+
+    m2_fma = expand_to_word_arpa(inner(f"m2_fma{size}"))
+    models = {"m1_anon": bases["m1_anon"], "m1_orig": bases["m1_orig"],
+              "m2_anon": expand_to_word_arpa(inner("m2_anon")), "m3_anon": bases["m3_anon"],
+              "mix_wc_m3": merge_ngrams([inner(f"m1_fma{size}"), m2_fma, inner(f"m3_fma{size}")], mix_weights)}
+    info: dict[str, Any] = {}
+    for name, lm in models.items():
+        path = dest / f"{name}.arpa"
+        lm.write_arpa(path)
+        info[name] = {"path": str(path), "ngrams": [int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)]}
+    info["mix_wc_m3"]["weights"] = list(mix_weights)
+    return info
 
 
 def _rescore_all(cfg: AnonRunConfig, dev: Sequence[Any], test: Sequence[Any], lms: Mapping[str, Any],
