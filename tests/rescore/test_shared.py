@@ -60,3 +60,20 @@ def test_ami_rescoring_end_to_end(shared_data, tmp_path):
     m2 = run_rescore(cfg, out)
     assert m2["weights"] == m["weights"] and m2["wer"] == m["wer"]
     assert json.loads((out / "results.json").read_text())["lms"]["ami3"]["cached"] is True
+
+
+def test_adapted_configs_validate(shared_data):
+    """Every config of the main N-best set loads with its runner's validator and points at the adapted set."""
+    from privasr.experiments.anon import load_anon_config
+    from privasr.experiments.fedlm import load_fedlm_config
+    from privasr.experiments.fmp import load_fmp_config
+
+    loaders = {"rescore": load_config, "fmp": load_fmp_config, "fedlm": load_fedlm_config,
+               "anon": load_anon_config}
+    names = sorted(p.stem for p in REPO_CONFIGS.glob("*-adapted.yaml"))
+    assert len(names) == 9
+    for name in names:
+        raw = read_config(REPO_CONFIGS / f"{name}.yaml")
+        assert raw["name"] == name
+        assert all("ami-tts-nbest-adapted/" in str(raw["data"][k]) for k in ("dev", "test"))
+        loaders[name.split("-")[0]](raw)
