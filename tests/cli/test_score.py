@@ -119,3 +119,22 @@ def test_normalize_option(tmp_path, capsys):
     assert json.loads(js.read_text())["metrics"]["wer"] == 0.0 < raw
     assert main(["score", "wer", str(ref), str(hyp), "--normalize", "bogus"]) == 2
     assert "unknown normaliser preset" in capsys.readouterr().err
+
+
+def test_nbest_lists_as_reference_and_hypotheses(files, tmp_path):
+    """N-best files score by their 1-best, and give their references when they are the REF argument."""
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+    from privasr.corpus.formats.trn import read_trn
+    from privasr.corpus.records import Hypothesis, NBest
+
+    refs = {t.utt_id: t.words for t in read_trn(files["ref.trn"])}
+    hyps = {t.utt_id: t.words for t in read_trn(files["b.trn"])}
+    nbs = [NBest(u, (Hypothesis(hyps[u]), Hypothesis(refs[u])), ref=refs[u]) for u in refs]
+    write_nbest(tmp_path / "b.jsonl.gz", nbs)
+    j1, j2 = tmp_path / "1.json", tmp_path / "2.json"
+    assert main(["score", "wer", str(files["ref.trn"]), str(files["b.trn"]), "--json", str(j1)]) == 0
+    assert main(["score", "wer", str(tmp_path / "b.jsonl.gz"), str(tmp_path / "b.jsonl.gz"), "--json", str(j2)]) == 0
+    assert json.loads(j1.read_text())["metrics"] == json.loads(j2.read_text())["metrics"]
+    # lists without references cannot be the reference
+    write_nbest(tmp_path / "noref.jsonl", [NBest(u, (Hypothesis(hyps[u]),)) for u in refs])
+    assert main(["score", "wer", str(tmp_path / "noref.jsonl"), str(files["b.trn"])]) == 2

@@ -19,9 +19,11 @@ app = typer.Typer(help="Score recognition output: WER, and compare two systems (
                   no_args_is_help=True)
 out_console = Console()
 
-_FORMATS = ("auto", "trn", "kaldi")
+_FORMATS = ("auto", "trn", "kaldi", "nbest")
 _FORMAT_HELP = ("Transcript format of every input: 'trn' (NIST, 'words (id)' per line), 'kaldi' (Kaldi text, "
-                "'id words...' per line) or 'auto' (trn if the first lines end with '(id)', else Kaldi text).")
+                "'id words...' per line), 'nbest' (N-best lists in any supported N-best format, e.g. canonical JSON "
+                "Lines: the 1-best of each list, or its 'ref' when the file is the reference) or 'auto' (nbest if "
+                "the first line is a JSON object, trn if the first lines end with '(id)', else Kaldi text).")
 
 
 def detect_format(path: Path) -> str:
@@ -33,6 +35,8 @@ def detect_format(path: Path) -> str:
     for _, line in iter_lines(path):
         if not line.strip() or line.lstrip().startswith(";;"):
             continue
+        if not seen and line.lstrip().startswith("{"):
+            return "nbest"
         if not looks_like_trn(line):
             return "kaldi"
         seen += 1
@@ -57,15 +61,30 @@ def normalized(transcripts: list[Transcript], spec: str) -> list[Transcript]:
     return [replace(t, words=norm(t.words), confidences=None, times=None, entities=()) for t in transcripts]
 
 
-def read_transcripts(path: Path, fmt: str = "auto") -> list[Transcript]:
-    """Read a trn or Kaldi text file (``fmt``: auto, trn or kaldi)."""
+def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> list[Transcript]:
+    """Read a trn, Kaldi text or N-best file (``fmt``: auto, trn, kaldi or nbest).
+
+    From N-best lists, ``role="hyp"`` takes each list's 1-best (``hyps[0]``; empty when the list is) and
+    ``role="ref"`` its reference (every list must have one).
+    """
     from privasr.corpus.formats.kaldi_text import read_kaldi_text
     from privasr.corpus.formats.trn import read_trn
 
     if fmt not in _FORMATS:
-        raise InputError(f"unknown format {fmt!r}", expected="auto, trn or kaldi")
+        raise InputError(f"unknown format {fmt!r}", expected="auto, trn, kaldi or nbest")
     if fmt == "auto":
         fmt = detect_format(path)
+    if fmt == "nbest":
+        from privasr.corpus.load import load_nbest
+
+        nbs = load_nbest(path)
+        if role == "ref":
+            missing = [nb.utt_id for nb in nbs if nb.ref is None]
+            if missing:
+                raise InputError(f"{len(missing)} N-best lists have no reference (e.g. {', '.join(missing[:3])})",
+                                 path=path, expected="a 'ref' in every list of the reference file")
+            return [Transcript(nb.utt_id, tuple(nb.ref or ())) for nb in nbs]
+        return [Transcript(nb.utt_id, nb.best.words) for nb in nbs]
     return read_trn(path) if fmt == "trn" else read_kaldi_text(path)
 
 
@@ -101,8 +120,8 @@ def _write_json(path: Path, obj: Any) -> None:
 
 @app.command("wer")
 def wer_cmd(
-    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn or Kaldi text).")],
-    hyp: Annotated[Path, typer.Argument(help="Hypothesis transcripts, same utterance ids as the reference.")],
+    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn, Kaldi text, or N-best lists with 'ref').")],
+    hyp: Annotated[Path, typer.Argument(help="Hypothesis transcripts (or N-best lists: their 1-best), same utterance ids as the reference.")],
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the counts to this JSON file.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
     aligner: Annotated[str, typer.Option("--aligner", help="'sclite' (NIST sclite's weighted alignment: sub 4, "
@@ -117,7 +136,7 @@ def wer_cmd(
 
     if aligner not in ("sclite", "jiwer"):
         raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
-    refs = normalized(read_transcripts(ref, fmt), normalize)
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
     hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize), ref, hyp)
     r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner)  # type: ignore[arg-type]
     n = r.ref_words
@@ -148,9 +167,9 @@ def wer_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn or Kaldi text).")],
-    hyp_a: Annotated[Path, typer.Argument(help="System A's hypotheses.")],
-    hyp_b: Annotated[Path, typer.Argument(help="System B's hypotheses.")],
+    ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn, Kaldi text, or N-best lists with 'ref').")],
+    hyp_a: Annotated[Path, typer.Argument(help="System A's hypotheses (or N-best lists: their 1-best).")],
+    hyp_b: Annotated[Path, typer.Argument(help="System B's hypotheses (or N-best lists: their 1-best).")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write DIR/results.json (config, seed, version, metrics).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap's random generator.")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", help="Number of bootstrap resamples.")] = 1000,
@@ -180,7 +199,7 @@ def compare_cmd(
         raise InputError(f"--min-boundary is {min_boundary}", expected="an integer >= 1")
     if not 0 < alpha < 1:
         raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
-    refs = normalized(read_transcripts(ref, fmt), normalize)
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
     a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize), ref, hyp_a)
     b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize), ref, hyp_b)
     rw = [t.words for t in refs]
