@@ -80,3 +80,56 @@ def test_decode_cli_errors(tmp_path, capsys, case):
     assert rc == 2
     assert needle in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _speak(folder, texts, voice):
+    import soundfile as sf
+
+    from privasr.asr.tts import synthesize
+
+    folder.mkdir(parents=True)
+    for utt, words in texts.items():
+        sf.write(str(folder / f"{utt}.wav"), synthesize(" ".join(words), voice), 16000, subtype="PCM_16")
+
+
+def test_adapt_then_decode(tmp_path, test_data):
+    """``privasr adapt`` writes a model that ``decode --hmm`` uses; ``decode --adapt`` does both in one go."""
+    import shutil
+
+    from privasr.asr.adapt import sphinxtrain_program
+    from privasr.asr.tts import Voice
+    from privasr.corpus.formats.kaldi_text import read_kaldi_text
+    from privasr.corpus.formats.nbest_jsonl import read_nbest
+    from privasr.errors import ConfigError
+
+    if not (shutil.which("espeak-ng") and shutil.which("sox") and shutil.which("sphinx_fe")
+            and shutil.which("pocketsphinx_mdef_convert")):
+        pytest.skip("espeak-ng, sox, sphinxbase-utils or Debian pocketsphinx not installed")
+    try:
+        sphinxtrain_program("bw")
+    except ConfigError:
+        pytest.skip("sphinxtrain not installed")
+    lines = (test_data / "tts" / "generic.txt").read_text().splitlines()[:12]
+    texts = {f"a{i:02d}": tuple(line.split()) for i, line in enumerate(lines)}
+    _speak(tmp_path / "adapt", texts, Voice("en-us+klatt2", 150, 0.01))
+    (tmp_path / "adapt.txt").write_text("".join(f"{u} {' '.join(w)}\n" for u, w in texts.items()))
+    ev = {t.utt_id: t.words for t in read_kaldi_text(test_data / "tts" / "eval.txt")}
+    _speak(tmp_path / "eval", dict(list(ev.items())[:2]), Voice("en-us+klatt2", 150, 0.01))
+    lm, dic = __import__("privasr.asr.decode", fromlist=["digits_lm"]).digits_lm(
+        tmp_path / "lm", sorted({w for ws in ev.values() for w in ws}))
+    assert main(["adapt", str(tmp_path / "adapt"), str(tmp_path / "adapt.txt"), "--out", str(tmp_path / "m")]) == 0
+    man = json.loads((tmp_path / "m" / "privasr-model.json").read_text())
+    assert man["method"] == "map" and man["utterances"] == 12
+    common = [str(tmp_path / "eval"), "--lm", str(lm), "--dict", str(dic)]
+    assert main(["decode", *common, "--hmm", str(tmp_path / "m"), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert main(["decode", *common, "--adapt", str(tmp_path / "adapt"), str(tmp_path / "adapt.txt"),
+                 "--adapt-out", str(tmp_path / "m2"), "--out", str(tmp_path / "b.jsonl")]) == 0
+    assert read_nbest(tmp_path / "a.jsonl") == read_nbest(tmp_path / "b.jsonl")
+    res = json.loads((tmp_path / "b.jsonl.results.json").read_text())
+    assert res["config"]["adapt"] and res["config"]["hmm"] == str(tmp_path / "m2")
+    # the model folder exists now: adapting into it again is refused, nothing is overwritten
+    assert main(["adapt", str(tmp_path / "adapt"), str(tmp_path / "adapt.txt"), "--out", str(tmp_path / "m")]) == 2
+    # a WAV without a transcript is named
+    (tmp_path / "adapt2.txt").write_text("".join(f"{u} {' '.join(w)}\n" for u, w in list(texts.items())[1:]))
+    assert main(["adapt", str(tmp_path / "adapt"), str(tmp_path / "adapt2.txt"), "--out", str(tmp_path / "m3")]) == 2
+    assert not (tmp_path / "m3").exists()

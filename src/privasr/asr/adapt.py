@@ -210,6 +210,19 @@ def dictionary_words(path: PathLike) -> frozenset[str]:
     return frozenset(words)
 
 
+def _merged_dictionary(mine: Path, bundled: Path, out: Path) -> Path:
+    """``mine`` plus the entries of ``bundled`` for the words ``mine`` lacks (its pronunciations win)."""
+    own = dictionary_words(mine)
+    with open(out, "w", encoding="utf-8") as f:
+        for src, skip in ((mine, frozenset()), (bundled, own)):
+            with open(src, encoding="utf-8") as g:
+                for line in g:
+                    head = line.split(maxsplit=1)[0] if line.strip() else ""
+                    if head and _VARIANT.sub("", head) not in skip:
+                        f.write(line if line.endswith("\n") else line + "\n")
+    return out
+
+
 def _fingerprint(folder: Path) -> str:
     h = hashlib.sha256()
     for name in sorted(os.listdir(folder)):
@@ -315,7 +328,9 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
         out: the adapted model folder to write (must not exist, or be empty).
         method: ``map`` or ``mllr``.
         base: the model to adapt (``None``: pocketsphinx's bundled en-us).
-        dictionary: pronunciations (``None``: the dictionary pocketsphinx ships).
+        dictionary: pronunciations (``None``: the dictionary pocketsphinx ships). With the bundled base model
+            its dictionary covers the words this one lacks (a decoding dictionary of a few words still adapts
+            on any text); with another base model this dictionary alone must cover the transcripts.
         keep_work: keep the work folder (features, counts, tool logs) as ``out/work``.
         progress: called with a short message before each step.
 
@@ -344,6 +359,9 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
     if not dic.is_file():
         raise InputError("no such dictionary", path=dic, expected="a CMUdict-format pronunciation dictionary")
     known = dictionary_words(dic)
+    merge = dictionary is not None and base is None  # the bundled model's own dictionary covers the rest
+    if merge:
+        known = known | dictionary_words(default_model()["dict"])
     progs = {n: sphinxtrain_program(n) for n in ("bw", "map_adapt", "mk_s2sendump", "mllr_solve", "mllr_transform")}
     fe = shutil.which("sphinx_fe")
     if fe is None:
@@ -375,6 +393,8 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
         if not ids:
             raise InputError(f"none of the {len(audio)} utterances has every word in the dictionary", path=dic,
                              expected="adaptation transcripts the dictionary covers")
+        if merge:
+            dic = _merged_dictionary(dic, Path(default_model()["dict"]), work / "merged.dict")
         (work / "adapt.fileids").write_text("\n".join(ids) + "\n", encoding="utf-8")
         (work / "adapt.transcription").write_text("\n".join(lines) + "\n", encoding="utf-8")
         _tool([fe, "-argfile", str(model / "feat.params"), "-samprate", str(SAMPLE_RATE), "-c",
@@ -424,7 +444,8 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
             "method": method,
             "base": base_path,
             "base_fingerprint": _fingerprint(Path(base) if base is not None else Path(default_model()["hmm"])),
-            "dictionary": str(dic),
+            "dictionary": str(Path(dictionary).resolve()) if dictionary is not None else "pocketsphinx bundled cmudict",
+            "dictionary_merged_with_bundled": merge,
             "utterances": len(ids) - failed,
             "left_out": {"oov": oov, "not_aligned": failed},
             "audio_s": round(audio_s, 3),
