@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privasr.corpus.formats.htk_lattice import best_path_scores, is_filler, parse_htk_lattice, read_htk_lattice
+from privasr.corpus.formats.htk_lattice import (
+    best_path_scores,
+    is_filler,
+    parse_htk_lattice,
+    read_htk_lattice,
+)
 from privasr.errors import InputError
 
 # Two competing paths for "a b" (scores -5 and -4.5), one for "a c", silence and null nodes in between.
