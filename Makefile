@@ -42,7 +42,7 @@ bench:
 	$(BIN)/privasr bench all --out bench-out
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests
 
 clean:
 	rm -rf $(VENV) demo-out bench-out .pytest_cache
