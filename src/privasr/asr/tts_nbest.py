@@ -359,7 +359,6 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
     if not words & known:
         raise InputError("no transcript word is in the dictionary (wrong case or normalisation?)",
                              path=probe.paths["dict"], expected="transcripts normalised like the dictionary")
-    del probe
     dest = Path(out)
     cache = dest / "cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -393,7 +392,8 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
         tasks.append((t.utt_id, text, json.dumps(asdict(voice)), seed, base, dict(t.meta), str(cf)))
     resumed = len(done)
     t0 = time.perf_counter()
-    _run_tasks(tasks, decoder_kw, jobs, progress, resumed, len(recs))
+    _run_tasks(tasks, decoder_kw, jobs, progress, resumed, len(recs), probe)
+    del probe
     wall = time.perf_counter() - t0
     from privasr.corpus.formats.nbest_jsonl import nbest_from_json
 
@@ -408,7 +408,7 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
 
 
 def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bool, already: int,
-               total: int) -> None:
+               total: int, decoder: Any) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -421,11 +421,14 @@ def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bo
         if not tasks:
             return
         if jobs == 1:
-            _init_worker(decoder_kw)
-            for task in tasks:
-                _, sec = _work(task)
-                audio += sec
-                prog.update(bar, advance=1, audio=audio)
+            _WORKER["decoder"] = decoder  # the validated decoder does the work itself
+            try:
+                for task in tasks:
+                    _, sec = _work(task)
+                    audio += sec
+                    prog.update(bar, advance=1, audio=audio)
+            finally:
+                _WORKER.pop("decoder", None)
             return
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
