@@ -161,6 +161,25 @@ def test_first_pass_arpa_models_are_exported(first_run):
     # the merged model holds the union of its components' vocabularies
     assert set(models["m1_anon"].vocab) <= set(models["mix_wc_m3"].vocab)
     assert abs(sum(info["mix_wc_m3"]["weights"]) - 1) < 1e-9
+    assert "top_members" in info["m2_anon"] and "m2_top_members" in info["mix_wc_m3"]
+
+
+def test_a_class_expansion_too_large_keeps_the_top_members():
+    from privasr.experiments.anon import _fit_expansion
+    from privasr.lm.ngram.class_lm import ClassNgramModel
+    from privasr.lm.ngram.classes import ClassMap
+    from privasr.lm.ngram.tables import synthetic_model
+
+    names = [f"n{i}" for i in range(30)]
+    lm = synthetic_model(3, ["a", "b", "<PER>"], seed=0)
+    m = ClassNgramModel(lm, ClassMap.from_members({"<PER>": names}),
+                        {"<PER>": {w: (i + 1) / 465 for i, w in enumerate(names)}})
+    full, k = _fit_expansion(m, 10**9)
+    assert k is None and "n0" in full.vocab
+    size = sum(full.num_ngrams(n) for n in (1, 2, 3))
+    small, k = _fit_expansion(m, size // 4)
+    assert k is not None and k < 30 and sum(small.num_ngrams(n) for n in (1, 2, 3)) <= size // 4
+    assert "n29" in small.vocab and "n0" not in small.vocab  # the most probable members are kept
 
 
 def test_anonymised_training_text_holds_no_detected_entity_word(data):

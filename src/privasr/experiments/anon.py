@@ -948,17 +948,38 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     return metrics
 
 
+FIRST_PASS_MAX_NGRAMS = 3_000_000
+"""The largest word expansion of M2 written for a first-pass decoder (pocketsphinx loads a few million n-grams)."""
+_TOP_MEMBERS = (None, 500, 200, 100, 50, 20, 10, 5, 2, 1)
+
+
+def _fit_expansion(model: Any, limit: int) -> tuple[Any, int | None]:
+    """The exact word expansion of a class LM if it has at most ``limit`` n-grams, else the one that keeps the
+    most members per class (of :data:`_TOP_MEMBERS`) and fits; returns it and that member count (None: all)."""
+    from privasr.lm.ngram.class_lm import expand_to_word_arpa
+
+    for k in _TOP_MEMBERS:
+        try:
+            return expand_to_word_arpa(model, max_ngrams=limit, top_members=k), k
+        except InputError as e:
+            if "would have" not in e.message:
+                raise
+    raise InputError(f"even one member per class gives more than {limit:,} n-grams", expected="a smaller class LM")
+
+
 def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[str, Any], mix_weights: Sequence[float],
-                           size: str) -> dict[str, Any]:
+                           size: str, *, max_ngrams: int = FIRST_PASS_MAX_NGRAMS) -> dict[str, Any]:
     """Write the word ARPA models a first-pass decoder can take (paper 003 decodes with them, too).
 
     ``m1_anon`` / ``m1_orig`` (M1 on anonymised / original text), ``m2_anon`` (the class n-gram expanded into
     words, :func:`~privasr.lm.ngram.class_lm.expand_to_word_arpa`), ``m3_anon`` and ``mix_wc_m3``: the adapted
     M1 + M2 + M3 at the mix size, merged into one backoff model with the EM weights (static interpolation,
-    :func:`~privasr.lm.mix.merge_ngrams`). Returns each file's path and n-gram counts.
+    :func:`~privasr.lm.mix.merge_ngrams`). The exact expansion of M2 multiplies every class n-gram by its
+    classes' member counts (billions of n-grams for AMI's surrogate classes), so when it exceeds
+    ``max_ngrams`` each class keeps only its most probable members, renormalised (``m2_top_members`` in the
+    returned info; the others become unknown words to the decoder). Returns each file's path and n-gram counts.
     """
     from privasr.lm.mix import merge_ngrams
-    from privasr.lm.ngram.class_lm import expand_to_word_arpa
 
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -966,16 +987,17 @@ def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[st
         lm = lms[name]
         return lm.lm if isinstance(lm, _Memo) else lm
 
-    m2_fma = expand_to_word_arpa(inner(f"m2_fma{size}"))
-    models = {"m1_anon": bases["m1_anon"], "m1_orig": bases["m1_orig"],
-              "m2_anon": expand_to_word_arpa(inner("m2_anon")), "m3_anon": bases["m3_anon"],
+    m2_anon, k_anon = _fit_expansion(inner("m2_anon"), max_ngrams)
+    m2_fma, k_fma = _fit_expansion(inner(f"m2_fma{size}"), max_ngrams)
+    models = {"m1_anon": bases["m1_anon"], "m1_orig": bases["m1_orig"], "m2_anon": m2_anon, "m3_anon": bases["m3_anon"],
               "mix_wc_m3": merge_ngrams([inner(f"m1_fma{size}"), m2_fma, inner(f"m3_fma{size}")], mix_weights)}
     info: dict[str, Any] = {}
     for name, lm in models.items():
         path = dest / f"{name}.arpa"
         lm.write_arpa(path)
         info[name] = {"path": str(path), "ngrams": [int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)]}
-    info["mix_wc_m3"]["weights"] = list(mix_weights)
+    info["m2_anon"]["top_members"] = k_anon
+    info["mix_wc_m3"].update(weights=list(mix_weights), m2_top_members=k_fma)
     return info
 
 

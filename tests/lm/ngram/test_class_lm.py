@@ -219,3 +219,22 @@ def test_class_vs_word_on_ami(golden) -> None:
     assert r.word_ppl == pytest.approx(99.51034267765449, rel=1e-7)
     assert r.oovs == 793 and r.test_sentences == 5676
     assert r.n_classes == 500 and math.isfinite(r.class_ppl) and r.class_ppl > 1
+
+
+def test_expansion_with_top_members_keeps_the_most_probable_renormalised():
+    lm = synthetic_model(2, ["hi", "there", "<PER>"], seed=3)
+    members = {"<PER>": {"ann": 0.5, "bo": 0.3, "cy": 0.2}}
+    m = ClassNgramModel(lm, ClassMap.from_members({"<PER>": ["ann", "bo", "cy"]}), members)
+    full = expand_to_word_arpa(m)
+    top2 = expand_to_word_arpa(m, top_members=2)
+    assert "cy" in full.vocab and "cy" not in top2.vocab
+    # the kept members share the class's probability in their old proportion
+    p_class = 10 ** m.logprob("ann", ["hi"]) / 0.5
+    assert 10 ** top2.logprob("ann", ["hi"]) == pytest.approx(p_class * 0.5 / 0.8, rel=1e-6)
+    assert 10 ** top2.logprob("bo", ["hi"]) == pytest.approx(p_class * 0.3 / 0.8, rel=1e-6)
+    for h in (["hi"], ["ann"], ["<s>"]):
+        total = sum(10 ** top2.logprob(w, h) for w in top2.vocab if w not in ("<s>",))
+        assert total == pytest.approx(1.0, abs=1e-6)
+    assert top2.num_ngrams(2) < full.num_ngrams(2)
+    with pytest.raises(InputError, match="top_members"):
+        expand_to_word_arpa(m, top_members=0)

@@ -254,8 +254,14 @@ def train_class_lm(sentences: Iterable[Sequence[str]], classes: ClassMap, order:
     return ClassNgramModel(class_lm, classes, probs)
 
 
-def expand_to_word_arpa(model: ClassNgramModel, *, max_ngrams: int = 20_000_000) -> NgramModel:
+def expand_to_word_arpa(model: ClassNgramModel, *, max_ngrams: int = 20_000_000,
+                        top_members: int | None = None) -> NgramModel:
     """Expand a class LM into a plain word backoff model (exact over the class LM's vocabulary; module docstring).
+
+    ``top_members`` keeps only each class's ``top_members`` most probable members (ties by word), their
+    P(w|c) renormalised over the kept ones: an approximation of the class LM (the other members become
+    unknown words) whose size grows with ``top_members ** (classes per n-gram)`` instead of the full class
+    sizes, for first-pass decoders that cannot take the exact expansion.
 
     Raises:
         InputError: the expansion would have more than ``max_ngrams`` n-grams.
@@ -269,9 +275,17 @@ def expand_to_word_arpa(model: ClassNgramModel, *, max_ngrams: int = 20_000_000)
     """
     t = model._t
     members: dict[int, list[tuple[str, float]]] = {}
+    if top_members is not None and (isinstance(top_members, bool) or not isinstance(top_members, int)
+                                    or top_members < 1):
+        raise InputError(f"top_members is {top_members!r}", expected="an integer >= 1 or None")
     for i, tok in enumerate(t.vocab):
         if model.classes.is_class(tok):
-            members[i] = [(w, math.log10(p)) for w, p in model.member_probs.get(tok, {}).items()]
+            probs = [(w, p) for w, p in model.member_probs.get(tok, {}).items() if p > 0]
+            if top_members is not None and len(probs) > top_members:
+                probs = sorted(probs, key=lambda wp: (-wp[1], wp[0]))[:top_members]
+                z = sum(p for _, p in probs)
+                probs = [(w, p / z) for w, p in probs]
+            members[i] = [(w, math.log10(p)) for w, p in probs]
     sizes = np.array([len(members.get(i, [(None, 0.0)])) for i in range(len(t.vocab))], dtype=np.float64)
     total = 0.0
     for n in range(1, t.order + 1):
