@@ -34,6 +34,19 @@ def test_ami_tts_nbest(shared_data, capsys):
     assert s["utterances"] == 3075 and s["clients"] == 26 and s["words"] == 32855
 
 
+def test_ami_tts_nbest_adapted(shared_data, capsys):
+    """The main N-best set: SOURCE.txt's counts, 1-best and oracle WER."""
+    if not (shared_data / "ami-tts-nbest-adapted").is_dir():
+        pytest.skip("ami-tts-nbest-adapted not present")
+    s = inspect(shared_data / "ami-tts-nbest-adapted", capsys)
+    d = by_name(s)
+    dev, test = d["ami-tts-nbest-adapted/dev"], d["ami-tts-nbest-adapted/test"]
+    assert (dev["utterances"], dev["clients"], dev["speakers"], dev["words"]) == (1121, 10, 40, 11727)
+    assert (test["utterances"], test["clients"], test["speakers"], test["words"]) == (1954, 16, 64, 21128)
+    assert round(100 * dev["wer_1best"], 2) == 20.37 and round(100 * dev["wer_oracle"], 2) == 12.83
+    assert round(100 * test["wer_1best"], 2) == 20.15 and round(100 * test["wer_oracle"], 2) == 12.06
+
+
 def test_ami_tts_nbest_indomain(shared_data, capsys):
     d = by_name(inspect(shared_data / "ami-tts-nbest-indomain", capsys))
     assert d["ami-tts-nbest-indomain/dev"]["utterances"] == 911
