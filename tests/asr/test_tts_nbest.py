@@ -157,6 +157,7 @@ def test_resume_after_kill_gives_identical_output(test_data, tmp_path):
     assert (killed / "nbest.jsonl").read_bytes() == (full / "nbest.jsonl").read_bytes()
     res = json.loads((killed / "results.json").read_text())
     assert res["metrics"]["resumed"] == done and res["metrics"]["utterances"] == 8, r.stderr
+    assert f"{done} of them from the cache" in r.stderr
     # other settings in the same folder are refused, not mixed in
     bad = subprocess.run(_cli(*args[:-1], "5", "--out", str(killed)), capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "other settings" in bad.stderr

@@ -267,7 +267,10 @@ def _work(task: tuple[str, str, str, int | None, dict[str, Any], dict[str, Any],
     utt_id, text, voice_json, noise_seed, base_json, meta, cache_file = task
     voice = Voice(**json.loads(voice_json))
     t0 = time.perf_counter()
-    pcm = synthesize(text, voice, noise_seed=noise_seed)
+    try:
+        pcm = synthesize(text, voice, noise_seed=noise_seed)
+    except InputError as e:
+        raise InputError(f"utterance {utt_id}: {e.message}", expected=e.expected) from None
     synth = time.perf_counter() - t0
     timing: dict[str, float] = {}
     nb = _WORKER["decoder"].decode_pcm(pcm, utt_id, tuple(text.split()), timing=timing)
@@ -358,7 +361,7 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
     words = {w for t in recs for w in t.words}
     if not words & known:
         raise InputError("no transcript word is in the dictionary (wrong case or normalisation?)",
-                             path=probe.paths["dict"], expected="transcripts normalised like the dictionary")
+                         path=probe.paths["dict"], expected="transcripts normalised like the dictionary")
     dest = Path(out)
     cache = dest / "cache"
     cache.mkdir(parents=True, exist_ok=True)

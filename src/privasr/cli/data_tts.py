@@ -171,8 +171,10 @@ def tts_nbest(
     data_fp = {"transcripts": transcripts, "nbest": paths["nbest"], **({"lm": lm} if lm else {})}
     write_results(out, config=config, seed=seed, metrics=metrics, data=data_fp)
     _report(out, metrics, config, adapt_info)
-    err.print(f"tts-nbest: 1-best WER {_pct(metrics['wer_1best'])}, oracle {_pct(metrics['wer_oracle'])}, "
-              f"{metrics['decode_s_per_audio_s']:.3f} decode s per audio s -> {paths['nbest']}")
+    resumed = f" ({result.resumed:,} of them from the cache of an earlier run)" if result.resumed else ""
+    err.print(f"tts-nbest: {len(result.records):,} utterances{resumed}: 1-best WER {_pct(metrics['wer_1best'])}, "
+              f"oracle {_pct(metrics['wer_oracle'])}, {metrics['decode_s_per_audio_s']:.3f} decode s per audio s "
+              f"-> {paths['nbest']}")
 
 
 def _pct(x: float) -> str:
