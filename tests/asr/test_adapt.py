@@ -113,3 +113,26 @@ def test_adapted_model_load_errors(tmp_path):
     (tmp_path / "privasr-model.json").write_text("{}")
     with pytest.raises(InputError, match="unreadable manifest"):
         AdaptedModel.load(tmp_path)
+
+
+def test_utterances_bw_cannot_align_are_counted(tmp_path):
+    import shutil
+
+    from privasr.asr.tts import Voice, synthesize
+
+    if not (shutil.which("espeak-ng") and shutil.which("sox") and shutil.which("sphinx_fe")
+            and shutil.which("pocketsphinx_mdef_convert")):
+        pytest.skip("espeak-ng, sox, sphinxbase-utils or Debian pocketsphinx not installed")
+    try:
+        sphinxtrain_program("bw")
+    except ConfigError:
+        pytest.skip("sphinxtrain not installed")
+    v = Voice("en-us+klatt", 150, 0.01)
+    good = "the weather will be cold and wet for most of the week".split()
+    audio = {"u1": synthesize("hello there", v), "u2": synthesize(" ".join(good), v)}
+    texts = {"u1": "the children played in the garden until it was dark and then went home".split(), "u2": good}
+    m = adapt_model(audio, texts, tmp_path / "m")
+    assert m.left_out == {"oov": 0, "not_aligned": 1} and m.utterances == 1
+    with pytest.raises(InputError, match="could not align any of the 1 utterances"):
+        adapt_model({"u1": audio["u1"]}, {"u1": texts["u1"]}, tmp_path / "m2")
+    assert not (tmp_path / "m2").exists()

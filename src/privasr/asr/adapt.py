@@ -411,7 +411,10 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
             if opt in fp:
                 bw_cmd += [opt, fp[opt]]
         log = _tool(bw_cmd, work / "bw.log", "collecting statistics")
-        failed = len(re.findall(r"(?i)final state not reached|failed to align", log))
+        failed = len(re.findall(r"(?m)^ERROR: .*\bu\d{6} ignored$", log))  # bw skips what it cannot align
+        if failed >= len(ids):
+            raise InputError(f"SphinxTrain could not align any of the {len(ids)} utterances to its transcript",
+                             path=work / "bw.log", expected="audio that speaks its transcript")
         out_model = work / "model"
         out_model.mkdir()
         if method == "map":

@@ -216,6 +216,9 @@ def build_adapted_model(sentences: Sequence[Sequence[str]], out: PathLike, *, se
             return AdaptedModel.load(dest)
         raise InputError("the folder holds a model adapted with other sentences or settings", path=dest,
                          expected="a new folder (or remove this one)")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InputError("the output exists and is not a model of this command", path=dest,
+                         expected="a new folder for the adapted model")
     voices = adaptation_voices(len(sents), settings)
     say = progress or (lambda _m: None)
     say(f"synthesising {len(sents)} adaptation sentences")
@@ -224,10 +227,18 @@ def build_adapted_model(sentences: Sequence[Sequence[str]], out: PathLike, *, se
         seed = None if settings.noise_mode == "repeat" else file_seed(settings.seed, f"adapt-{i}")
         audio[f"adapt{i:05d}"] = synthesize(" ".join(s), v, noise_seed=seed)
     texts = {f"adapt{i:05d}": s for i, s in enumerate(sents)}
-    model = adapt_model(audio, texts, dest, method=method, base=base, dictionary=dictionary, progress=say)
-    (dest / ADAPTATION_TEXT).write_text("".join(" ".join(s) + "\n" for s in sents), encoding="utf-8")
-    stamp.write_text(json.dumps({"digest": want, "sentences": len(sents)}) + "\n", encoding="utf-8")
-    return model
+    # built beside the destination and moved into place whole, stamp included, so that a killed run leaves
+    # either no model or a complete one
+    building = dest.parent / f".{dest.name}.building"
+    shutil.rmtree(building, ignore_errors=True)
+    adapt_model(audio, texts, building, method=method, base=base, dictionary=dictionary, progress=say)
+    (building / ADAPTATION_TEXT).write_text("".join(" ".join(s) + "\n" for s in sents), encoding="utf-8")
+    (building / "privasr-build.json").write_text(json.dumps({"digest": want, "sentences": len(sents)}) + "\n",
+                                                 encoding="utf-8")
+    if dest.exists():
+        dest.rmdir()  # an empty folder (checked above)
+    os.replace(building, dest)
+    return AdaptedModel.load(dest)
 
 
 @dataclass(frozen=True)
