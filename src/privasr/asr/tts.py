@@ -115,14 +115,35 @@ def check_voice(voice: str) -> None:
 
 
 def program_versions() -> dict[str, str]:
-    """The first version line of espeak-ng and sox (for manifests); ``"missing"`` where absent."""
-    out = {}
-    for prog, args in (("espeak-ng", ["--version"]), ("sox", ["--version"])):
+    """Versions of what a TTS N-best build runs (for manifests): espeak-ng and sox (their first version line),
+    the Debian packages of SphinxTrain and its companions (``dpkg-query``, where there is one) and the Python
+    packages pocketsphinx and numpy; ``"missing"`` where absent.
+
+    >>> sorted(program_versions())[:3]
+    ['debian:espeak-ng', 'debian:pocketsphinx', 'debian:sox']
+    """
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for prog in ("espeak-ng", "sox"):
         try:
-            r = subprocess.run([prog, *args], capture_output=True, text=True, timeout=30, check=False)
-            out[prog] = (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else "?"
+            r = subprocess.run([prog, "--version"], capture_output=True, text=True, timeout=30, check=False)
+            text = (r.stdout or r.stderr).strip()
+            out[prog] = text.splitlines()[0] if text else "?"
         except (OSError, subprocess.TimeoutExpired):
             out[prog] = "missing"
+    for pkg in ("espeak-ng", "sox", "sphinxtrain", "sphinxbase-utils", "pocketsphinx"):
+        try:
+            r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True,
+                               timeout=30, check=False)
+            out[f"debian:{pkg}"] = r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "missing"
+        except (OSError, subprocess.TimeoutExpired):
+            out[f"debian:{pkg}"] = "missing"
+    for pkg in ("pocketsphinx", "numpy"):
+        try:
+            out[f"python:{pkg}"] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[f"python:{pkg}"] = "missing"
     return out
 
 
