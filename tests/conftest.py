@@ -50,3 +50,30 @@ def fsdd_recordings(shared_data: Path) -> Path:
     if not p.is_dir():
         pytest.skip("shared fsdd-digits data not present")
     return p
+
+
+def sphinx_tools_missing() -> str | None:
+    """Why the TTS and acoustic-adaptation tests cannot run here (``None`` when they can): they need espeak-ng,
+    sox, sphinx_fe (sphinxbase-utils), pocketsphinx_mdef_convert (Debian pocketsphinx) and SphinxTrain's ``bw``,
+    which ``make test`` installs."""
+    import shutil
+
+    from privasr.errors import ConfigError
+
+    missing = [p for p in ("espeak-ng", "sox", "sphinx_fe", "pocketsphinx_mdef_convert") if shutil.which(p) is None]
+    try:
+        from privasr.asr.adapt import sphinxtrain_program
+
+        sphinxtrain_program("bw")
+    except ConfigError:
+        missing.append("sphinxtrain")
+    return f"not installed: {', '.join(missing)} (make test installs them)" if missing else None
+
+
+@pytest.fixture(scope="session")
+def sphinx_tools() -> None:
+    """Skips the test when the TTS / SphinxTrain programs are missing (:func:`sphinx_tools_missing`)."""
+    why = sphinx_tools_missing()
+    if why is not None:
+        pytest.skip(why)
+

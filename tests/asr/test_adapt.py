@@ -93,13 +93,8 @@ def test_adapt_model_bad_input(tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep me"
 
 
-@pytest.mark.skipif(not __import__("shutil").which("sphinx_fe"), reason="sphinxbase-utils not installed")
-def test_adapt_model_refuses_text_outside_the_dictionary(tmp_path):
+def test_adapt_model_refuses_text_outside_the_dictionary(tmp_path, sphinx_tools):
     pytest.importorskip("soundfile")
-    try:
-        sphinxtrain_program("bw")
-    except ConfigError:
-        pytest.skip("sphinxtrain not installed")
     pcm = np.zeros(16000, dtype=np.int16)
     with pytest.raises(InputError, match="none of the 1 utterances has every word in the dictionary"):
         adapt_model({"a": pcm}, {"a": ["qwzxv"]}, tmp_path / "m")
@@ -115,18 +110,9 @@ def test_adapted_model_load_errors(tmp_path):
         AdaptedModel.load(tmp_path)
 
 
-def test_utterances_bw_cannot_align_are_counted(tmp_path):
-    import shutil
-
+def test_utterances_bw_cannot_align_are_counted(tmp_path, sphinx_tools):
     from privasr.asr.tts import Voice, synthesize
 
-    if not (shutil.which("espeak-ng") and shutil.which("sox") and shutil.which("sphinx_fe")
-            and shutil.which("pocketsphinx_mdef_convert")):
-        pytest.skip("espeak-ng, sox, sphinxbase-utils or Debian pocketsphinx not installed")
-    try:
-        sphinxtrain_program("bw")
-    except ConfigError:
-        pytest.skip("sphinxtrain not installed")
     v = Voice("en-us+klatt", 150, 0.01)
     good = "the weather will be cold and wet for most of the week".split()
     audio = {"u1": synthesize("hello there", v), "u2": synthesize(" ".join(good), v)}

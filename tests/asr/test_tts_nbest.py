@@ -7,7 +7,6 @@ held-out synthetic speech (other sentences, other speakers' voices) better than 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,22 +29,6 @@ from privasr.asr.tts_nbest import (  # noqa: E402
 )
 from privasr.corpus.formats.kaldi_text import read_kaldi_text  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
-
-
-def _tools_present() -> bool:
-    from privasr.asr.adapt import sphinxtrain_program
-
-    if not all(shutil.which(p) for p in ("espeak-ng", "sox", "sphinx_fe", "pocketsphinx_mdef_convert")):
-        return False
-    try:
-        sphinxtrain_program("bw")
-    except ConfigError:
-        return False
-    return True
-
-
-needs_tools = pytest.mark.skipif(not _tools_present(), reason="espeak-ng, sox, sphinxtrain, sphinxbase-utils or "
-                                 "Debian pocketsphinx not installed (make test installs them)")
 
 
 def _generic(test_data: Path) -> list[tuple[str, ...]]:
@@ -89,9 +72,7 @@ def test_settings_validation():
 
 
 @pytest.fixture(scope="module")
-def adapted(tmp_path_factory, test_data) -> Path:
-    if not _tools_present():
-        pytest.skip("TTS / SphinxTrain tools not installed")
+def adapted(tmp_path_factory, test_data, sphinx_tools) -> Path:
     out = tmp_path_factory.mktemp("adapted") / "model"
     sents = select_adaptation_sentences(_generic(test_data), None, AdaptationSpec(sentences=40, pool=50), seed=0)
     evaluation = [t.words for t in read_kaldi_text(test_data / "tts" / "eval.txt")]
@@ -99,7 +80,6 @@ def adapted(tmp_path_factory, test_data) -> Path:
     return out
 
 
-@needs_tools
 def test_adapted_model_beats_the_stock_model_on_held_out_speech(adapted, test_data, tmp_path):
     from privasr.metrics.oracle import onebest_wer
 
@@ -130,8 +110,7 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "privasr", "data", "tts-nbest", *args]
 
 
-@needs_tools
-def test_resume_after_kill_gives_identical_output(test_data, tmp_path):
+def test_resume_after_kill_gives_identical_output(test_data, tmp_path, sphinx_tools):
     from privasr.asr.decode import digits_lm
 
     # a uniform unigram LM over the evaluation words keeps the decoding fast; resuming is what is tested
@@ -170,7 +149,6 @@ def test_resume_after_kill_gives_identical_output(test_data, tmp_path):
     assert [x["hyps"][0]["scores"]["am"] for x in a] != [x["hyps"][0]["scores"]["am"] for x in b]
 
 
-@needs_tools
 def test_cli_refuses_a_model_adapted_on_evaluation_sentences(adapted, test_data, tmp_path):
     ev = tmp_path / "eval.txt"
     first = (adapted / "adaptation-sentences.txt").read_text().splitlines()[0]

@@ -92,23 +92,12 @@ def _speak(folder, texts, voice):
         sf.write(str(folder / f"{utt}.wav"), synthesize(" ".join(words), voice), 16000, subtype="PCM_16")
 
 
-def test_adapt_then_decode(tmp_path, test_data):
+def test_adapt_then_decode(tmp_path, test_data, sphinx_tools):
     """``privasr adapt`` writes a model that ``decode --hmm`` uses; ``decode --adapt`` does both in one go."""
-    import shutil
-
-    from privasr.asr.adapt import sphinxtrain_program
     from privasr.asr.tts import Voice
     from privasr.corpus.formats.kaldi_text import read_kaldi_text
     from privasr.corpus.formats.nbest_jsonl import read_nbest
-    from privasr.errors import ConfigError
 
-    if not (shutil.which("espeak-ng") and shutil.which("sox") and shutil.which("sphinx_fe")
-            and shutil.which("pocketsphinx_mdef_convert")):
-        pytest.skip("espeak-ng, sox, sphinxbase-utils or Debian pocketsphinx not installed")
-    try:
-        sphinxtrain_program("bw")
-    except ConfigError:
-        pytest.skip("sphinxtrain not installed")
     lines = (test_data / "tts" / "generic.txt").read_text().splitlines()[:12]
     texts = {f"a{i:02d}": tuple(line.split()) for i, line in enumerate(lines)}
     _speak(tmp_path / "adapt", texts, Voice("en-us+klatt2", 150, 0.01))

@@ -40,6 +40,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -131,6 +132,18 @@ def _int(fields: dict[str, str], key: str, what: str) -> int:
         raise InputError(f"{what} {key}={v[:40]!r}", expected="an integer") from None
 
 
+def _new_id(fields: dict[str, str], key: str, what: str, count: int | None, seen: dict[int, Any]) -> int:
+    """The id of a new node (``I=``) or link (``J=``): after the size line, below its count, not seen before."""
+    if count is None:
+        raise InputError(f"a {what} before the N= L= size line", expected="N=<nodes> L=<links> first")
+    i = _int(fields, key, what)
+    if not 0 <= i < count:
+        raise InputError(f"{what} id {i} outside 0..{count - 1}", expected=f"ids below {'N' if key == 'I' else 'L'}")
+    if i in seen:
+        raise InputError(f"{what} {i} defined twice", expected=f"unique {what} ids")
+    return i
+
+
 def _float(v: str, what: str) -> float:
     try:
         x = float(v)
@@ -161,23 +174,11 @@ def parse_htk_lattice(text: str, path: PathLike | str | None = None) -> Lattice:
         try:
             f = _fields(line)
             if "I" in f:
-                if n_nodes is None:
-                    raise InputError("a node before the N= L= size line", expected="N=<nodes> L=<links> first")
-                i = _int(f, "I", "node")
-                if not 0 <= i < n_nodes:
-                    raise InputError(f"node id {i} outside 0..{n_nodes - 1}", expected="ids below N")
-                if i in nodes:
-                    raise InputError(f"node {i} defined twice", expected="unique node ids")
+                i = _new_id(f, "I", "node", n_nodes, nodes)
                 t = _float(f["t"], "node time t") if "t" in f else None
                 nodes[i] = (f.get("W"), t)
             elif "J" in f:
-                if n_links is None:
-                    raise InputError("a link before the N= L= size line", expected="N=<nodes> L=<links> first")
-                j = _int(f, "J", "link")
-                if not 0 <= j < n_links:
-                    raise InputError(f"link id {j} outside 0..{n_links - 1}", expected="ids below L")
-                if j in links:
-                    raise InputError(f"link {j} defined twice", expected="unique link ids")
+                j = _new_id(f, "J", "link", n_links, links)
                 s, e = _int(f, "S", f"link {j}"), _int(f, "E", f"link {j}")
                 for end in (s, e):
                     if not 0 <= end < n_nodes:  # type: ignore[operator]
