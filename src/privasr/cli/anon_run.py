@@ -27,10 +27,9 @@ def run(
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
     """Train M1-M4 on anonymised and original AMI text, adapt on clean data, interpolate, rescore N-best lists."""
-    from privasr.cli.data import parse_overrides
     from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.anon import load_anon_config, run_anon
-    from privasr.rescore.run import apply_overrides, read_config
 
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from privasr.errors import ConfigError, InputError
+from privasr.errors import InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
 out_console = Console(width=None if sys.stdout.isatty() else 200)  # no truncated tables in pipes and logs
@@ -115,6 +115,7 @@ def synth(
     ),
 ) -> None:
     """Generate the seeded synthetic federated ASR corpus (clients, N-best lists, background text)."""
+    from privasr.config import parse_overrides
     from privasr.corpus.synth import SynthConfig, generate
 
     config = SynthConfig.preset(preset, seed=seed, **parse_overrides(overrides))
@@ -122,26 +123,6 @@ def synth(
     manifest = corpus.write(out)
     out_console.print_json(json.dumps(manifest.get("stats", {})))
     out_console.print(f"corpus written to {out}")
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """Parse ``key=value`` overrides; values are read as YAML scalars (numbers, booleans, lists).
-
-    >>> parse_overrides(["n_clients=12", "name=x", "rates=[0.1, 0.2]"])
-    {'n_clients': 12, 'name': 'x', 'rates': [0.1, 0.2]}
-    """
-    import yaml
-
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} is not key=value", expected="e.g. --set n_clients=100")
-        key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r} has an unreadable value", expected="a YAML scalar or list") from None
-    return out
 
 
 def _register() -> None:

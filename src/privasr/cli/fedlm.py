@@ -28,10 +28,9 @@ def run(
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
     """Run a FedLM experiment: unadapted vs federated fine-tuned NNLM (perplexity; WER on N-best data)."""
-    from privasr.cli.data import parse_overrides
     from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
-    from privasr.rescore.run import apply_overrides, read_config
 
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:

@@ -28,10 +28,9 @@ def run(
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
     """Run an FMP experiment: generic-NNLM rescoring baseline vs FMP, test WER with MAPSSWE."""
-    from privasr.cli.data import parse_overrides
     from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
-    from privasr.rescore.run import apply_overrides, read_config
 
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:

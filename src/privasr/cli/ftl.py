@@ -28,10 +28,9 @@ def run(
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
     """Run an FTL experiment: seed model, federated runs (system and FedAvg baseline), WER/CER, rounds to target."""
-    from privasr.cli.data import parse_overrides
     from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.ftl import load_ftl_config, run_ftl
-    from privasr.rescore.run import apply_overrides, read_config
 
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:

@@ -1,7 +1,7 @@
 """``privasr rescore``: N-best rescoring with weights tuned on a dev set.
 
 ``privasr rescore run --config FILE [--set key=value ...] --out DIR`` runs a config
-(:mod:`privasr.rescore.run`); ``privasr rescore run --nbest TEST --dev DEV --lm ARPA --out DIR`` builds the
+(:mod:`privasr.experiments.rescore`); ``privasr rescore run --nbest TEST --dev DEV --lm ARPA --out DIR`` builds the
 same config from flags for quick ad-hoc use (flags and ``--set`` also override a config file's values).
 """
 
@@ -69,7 +69,7 @@ def _command_line() -> list[str] | None:
 @app.command("run")
 def run(
     out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, rescored test N-best."),
-    config: Path | None = typer.Option(None, "--config", help="YAML config (see privasr.rescore.run)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML config (see privasr.experiments.rescore)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set search.method=grid "
                                                           "(dotted keys, YAML values; repeatable)."),
     nbest: Path | None = typer.Option(None, "--nbest", help="Test N-best set to rescore (data.test)."),
@@ -83,8 +83,8 @@ def run(
     fmt: str | None = typer.Option(None, "--format", help="Reader format of the N-best files (default: detected)."),
 ) -> None:
     """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI."""
-    from privasr.cli.data import parse_overrides
-    from privasr.rescore.run import apply_overrides, load_config, read_config, run_rescore
+    from privasr.config import apply_overrides, parse_overrides, read_config
+    from privasr.experiments.rescore import load_config, run_rescore
 
     if config is None and nbest is None:
         raise ConfigError("give --config FILE or --nbest TEST (with --dev DEV and --lm ARPA)")

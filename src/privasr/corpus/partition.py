@@ -25,9 +25,9 @@ from typing import TypeVar
 import numpy as np
 
 from privasr.corpus.records import NBest, Population, Transcript, Utterance, order_key
-from privasr.errors import ConfigError
+from privasr.errors import ConfigError, InputError
 
-__all__ = ["by_key", "zipf_devices", "zipf_probabilities", "time_rounds", "KEYS"]
+__all__ = ["by_key", "split_by_key", "zipf_devices", "zipf_probabilities", "time_rounds", "KEYS"]
 
 U = TypeVar("U", NBest, Transcript)
 
@@ -122,3 +122,31 @@ def time_rounds(utterances: Iterable[U], n_rounds: int) -> list[tuple[U, ...]]:
     ordered = sorted(utterances, key=order_key)
     bounds = np.array_split(np.arange(len(ordered)), n_rounds + 1)
     return [tuple(ordered[int(b[0]) : int(b[-1]) + 1]) if len(b) else () for b in bounds]
+
+
+def split_by_key(records: Sequence[NBest], key: str = "speaker", dev: str = "even") -> tuple[list[NBest], list[NBest],
+                                                                                            list[str], list[str]]:
+    """Split N-best lists by speaker (or client): sort the distinct keys (numbers numerically), the keys at
+    even (``dev="even"``) or odd positions form dev, the others test. Returns ``(dev, test, dev_keys,
+    test_keys)``; records keep their order.
+
+    >>> recs = [NBest(f"u{i}", (), speaker=s) for i, s in enumerate(["10", "9", "10", "2"])]
+    >>> d, t, dk, tk = split_by_key(recs)
+    >>> [r.utt_id for r in d], dk, tk
+    (['u0', 'u2', 'u3'], ['2', '10'], ['9'])
+    """
+    from privasr.corpus.formats._common import natural_key
+
+    vals = []
+    for r in records:
+        v = r.speaker if key == "speaker" else r.client
+        if v is None:
+            raise InputError(f"utterance {r.utt_id} has no {key}", expected=f"a {key} on every utterance to split by")
+        vals.append(v)
+    keys = sorted(set(vals), key=natural_key)
+    want = 0 if dev == "even" else 1
+    dev_keys = [k for i, k in enumerate(keys) if i % 2 == want]
+    dk = set(dev_keys)
+    d = [r for r, v in zip(records, vals, strict=True) if v in dk]
+    t = [r for r, v in zip(records, vals, strict=True) if v not in dk]
+    return d, t, dev_keys, [k for k in keys if k not in dk]

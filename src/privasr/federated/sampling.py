@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from privasr.config import setting
 from privasr.errors import ConfigError
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Poisson",
     "make_sampler",
     "SAMPLER_KINDS",
+    "FederationSettings",
 ]
 
 
@@ -375,3 +377,28 @@ def make_sampler(spec: str | Mapping[str, Any] | Sampler) -> Sampler:
         if key not in fields:
             raise ConfigError(f"sampler kind {kind!r} needs the field {key!r}")
     return _CLASSES[kind](**fields)
+
+
+@dataclass(frozen=True)
+class FederationSettings:
+    """A runner config's ``federated`` section (schema of :mod:`privasr.config`), every key optional.
+
+    ``backend``: ``local`` | ``ray`` | ``flower``; ``backend_options``: passed to the backend; ``sampler``:
+    ``all`` or a sampler spec (:func:`make_sampler`); ``min_clients``: fewer sampled clients skip the round.
+
+    >>> from privasr.config import from_mapping
+    >>> from_mapping(FederationSettings, {"sampler": {"kind": "poisson", "rate": 0.2}}, "federated").make_sampler()
+    Poisson(rate=0.2)
+    """
+
+    backend: str = setting("local", choices=("local", "ray", "flower"))
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    sampler: Any = "all"
+    min_clients: int = setting(1, min=1)
+
+    def __config_check__(self, where: str, ctx: Any) -> None:
+        self.make_sampler()  # validates
+
+    def make_sampler(self) -> Any:
+        """The client sampler the ``sampler`` spec describes."""
+        return make_sampler(self.sampler)

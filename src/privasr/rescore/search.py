@@ -5,7 +5,7 @@ hypothesis against its reference are computed once (Levenshtein distance on word
 substitutions, deletions and insertions); a weight vector's dev errors are then the sum of the chosen
 hypotheses' errors, so trying a weight vector costs one vectorised pass over the hypotheses and the
 search can afford thousands of candidates. Final figures are computed separately with the sclite
-aligner (:mod:`privasr.rescore.run`).
+aligner (:mod:`privasr.experiments.rescore`).
 
 Tie-breaking is deterministic at both levels:
 
@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
+from privasr.config import check_mapping, check_number, setting
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
 from privasr.metrics.wer import error_rate
@@ -56,6 +57,11 @@ __all__ = [
     "coordinate_descent",
     "tune",
     "METHODS",
+    "SearchSettings",
+    "default_ranges",
+    "build_space",
+    "sub_system_start",
+    "tune_with",
 ]
 
 METHODS = ("grid", "coordinate")
@@ -438,3 +444,133 @@ def tune(
     if method == "grid":
         return grid_search(obj, combination, space, **options)
     return coordinate_descent(obj, combination, space, **options)
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """A config's ``search`` section: how the combination weights are chosen (schema of :mod:`privasr.config`).
+
+    ``method``: ``coordinate`` | ``grid`` | ``fixed``; ``weights``: the weights (fixed) or the start point;
+    ``ranges``: ``PARAM: [min, max, step]`` (PARAM an LM name, ``lm``, ``word_penalty``, ``lm_scale``);
+    ``lambda_step``: the simplex grid step of linear combinations; ``max_rounds``, ``coarse_points`` and
+    ``restarts``: coordinate descent (:func:`coordinate_descent`).
+
+    >>> from privasr.config import from_mapping
+    >>> from_mapping(SearchSettings, {"ranges": {"lm": [0, 1, 0.5]}}, "search").ranges
+    {'lm': (0.0, 1.0, 0.5)}
+    """
+
+    method: str = setting("coordinate", choices=("coordinate", "grid", "fixed"))
+    weights: dict[str, Any] = field(default_factory=dict)
+    ranges: dict[str, Any] = field(default_factory=dict)
+    lambda_step: float = 0.05
+    max_rounds: int = setting(20, min=1)
+    coarse_points: int = setting(7, min=0)
+    restarts: int = setting(3, min=1)
+
+    def __config_check__(self, where: str, ctx: Any) -> SearchSettings:
+        out = {}
+        for k, r in check_mapping(self.ranges, f"{where}.ranges").items():
+            key = f"{where}.ranges.{k}"
+            if not isinstance(r, list | tuple) or len(r) != 3:
+                raise ConfigError(f"config key {key!r} is {r!r}", expected="[min, max, step]")
+            lo, hi, step = (check_number(x, key) for x in r)
+            value_grid(lo, hi, step)  # validates
+            out[str(k)] = (lo, hi, step)
+        return SearchSettings(self.method, dict(self.weights), out, self.lambda_step, self.max_rounds,
+                              self.coarse_points, self.restarts)
+
+    def restricted(self, parameters: Sequence[str]) -> SearchSettings:
+        """The same settings for a sub-system with only ``parameters`` (weights and ranges of the others dropped)."""
+        keep = set(parameters)
+        return SearchSettings(self.method, {k: v for k, v in self.weights.items() if k in keep},
+                              {k: v for k, v in self.ranges.items() if k in keep}, self.lambda_step,
+                              self.max_rounds, self.coarse_points, self.restarts)
+
+    def coordinate_options(self) -> dict[str, Any]:
+        """The options of :func:`coordinate_descent` (empty for the other methods)."""
+        if self.method != "coordinate":
+            return {}
+        return {"max_rounds": self.max_rounds, "coarse_points": self.coarse_points, "restarts": self.restarts}
+
+
+def default_ranges(prior: str) -> dict[str, tuple[float, float, float]]:
+    """Default ``[min, max, step]`` per parameter kind for a prior (``lm`` stands for every LM weight).
+
+    With prior ``am``/``total`` (scores in nats of a real decoder) LM weights and ``lm_scale`` in ``[0, 30]``
+    step 0.5 and ``word_penalty`` in ``[-30, 30]`` step 0.5; with ``rank``/``uniform`` LM weights in ``[0, 5]``
+    step 0.05 and ``word_penalty`` in ``[-5, 5]`` step 0.05.
+
+    >>> default_ranges("rank")["word_penalty"]
+    (-5.0, 5.0, 0.05)
+    """
+    if prior in ("am", "total"):
+        return {"lm": (0.0, 30.0, 0.5), "lm_scale": (0.0, 30.0, 0.5), "word_penalty": (-30.0, 30.0, 0.5)}
+    return {"lm": (0.0, 5.0, 0.05), "lm_scale": (0.0, 5.0, 0.05), "word_penalty": (-5.0, 5.0, 0.05)}
+
+
+def build_space(comb: Combination, search: SearchSettings) -> SearchSpace:
+    """Grids for every parameter of ``comb`` not fixed by ``search`` (fixed: every parameter fixed).
+
+    >>> sp = build_space(Combination(prior="rank", lms=("lm",)), SearchSettings(ranges={"lm": (0, 1, 0.5)}))
+    >>> sp.grids["lm"], len(sp.grids["word_penalty"])
+    ((0.0, 0.5, 1.0), 201)
+    """
+    params = comb.parameters()
+    if search.method == "fixed":
+        return SearchSpace({}, comb.check_weights(search.weights))
+    defaults = default_ranges(comb.prior)
+    unknown = sorted(set(search.ranges) - set(params) - {"lambda"})
+    if unknown:
+        raise ConfigError(f"search.ranges names unknown parameter(s) {unknown}", expected=f"some of {list(params)}")
+    grids: dict[str, tuple[Any, ...]] = {}
+    for p in params:
+        if p == "lambda":
+            grids[p] = simplex_grid(comb.lms, search.lambda_step)
+            continue
+        lo, hi, step = search.ranges.get(p, defaults.get(p, defaults["lm"]))
+        grids[p] = value_grid(lo, hi, step)
+    return SearchSpace(grids)
+
+
+def sub_system_start(comb: Combination, space: SearchSpace, weights: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A tuned sub-system's weights as a point of the full log-linear search: its weights, and every other
+    parameter at its value nearest 0 (an LM weight of 0 leaves that LM out). ``None`` for linear combinations
+    (their interpolation weights do not nest).
+
+    >>> c = Combination(prior="am", lms=("lm", "a", "b"))
+    >>> sp = SearchSpace({"lm": (0.0, 1.0), "a": (0.0, 2.0), "b": (0.0, 3.0), "word_penalty": (-1.0, 0.0, 1.0)})
+    >>> sub_system_start(c, sp, {"lm": 1.0, "a": 2.0, "word_penalty": -1.0})
+    {'lm': 1.0, 'a': 2.0, 'b': 0.0, 'word_penalty': -1.0}
+    """
+    if comb.mode != "loglinear":
+        return None
+    point = space.default_start(comb)
+    point.update({k: v for k, v in weights.items() if k in point})
+    return point
+
+
+def tune_with(search: SearchSettings, comb: Combination, space: SearchSpace, dev: Sequence[NBest] | None,
+              dev_table: ScoreTable | None, extra_starts: Sequence[Mapping[str, Any]] = ()) -> SearchResult | None:
+    """Tune ``comb`` on dev as ``search`` says (``None`` for ``fixed``: the weights are given).
+
+    A start point in ``search.weights`` is used when it sets every parameter; coordinate descent also starts
+    from ``extra_starts`` (e.g. tuned sub-systems, :func:`sub_system_start`).
+    """
+    if search.method == "fixed":
+        return None
+    assert dev is not None and dev_table is not None
+    opts: dict[str, Any] = {}
+    start = dict(search.weights) if search.weights else None
+    if start is not None:
+        start = {p: start[p] for p in comb.parameters() if p in start}
+        if set(start) != set(comb.parameters()):
+            start = None
+    if start:
+        opts["start"] = start
+    if search.method == "coordinate":
+        opts.update(search.coordinate_options(), extra_starts=list(extra_starts))
+    return tune(dev, dev_table, comb, space, method=search.method, **opts)

@@ -8,9 +8,10 @@ import json
 import pytest
 
 from privasr.cli import main
+from privasr.config import apply_overrides, read_config
 from privasr.corpus.load import load_path
+from privasr.experiments.rescore import load_config
 from privasr.experiments.text import ami_sentences, gutenberg_sentences
-from privasr.rescore.run import apply_overrides, load_config, read_config
 
 pytestmark = pytest.mark.shared
 
@@ -55,7 +56,7 @@ def test_ami_rescoring_end_to_end(shared_data, tmp_path):
     # a second run reuses the cached LM and gives the same weights and WER
     cfg = load_config(apply_overrides(read_config(REPO_CONFIGS / "rescore-ami-ngram.yaml"),
                                       {"eval.bootstrap_resamples": 200, "eval.first_pass_retuned": False}))
-    from privasr.rescore.run import run_rescore
+    from privasr.experiments.rescore import run_rescore
 
     m2 = run_rescore(cfg, out)
     assert m2["weights"] == m["weights"] and m2["wer"] == m["wer"]

@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from privasr.config import apply_overrides  # noqa: E402
 from privasr.errors import ConfigError  # noqa: E402
-from privasr.rescore.run import apply_overrides, load_config, run_rescore  # noqa: E402
+from privasr.experiments.rescore import load_config, run_rescore  # noqa: E402
 
 from .conftest import GOOD  # noqa: E402
 
@@ -47,14 +48,14 @@ def _cfg(files, tmp_path: Path, **over):
         ({"lms.nn.neural.train.options.batch_size": 0}, "batch_size"),
         ({"lms.nn.neural.train.preset": "huge-lstm"}, "preset"),
         ({"lms.nn.neural.train.model": {"layerz": 1}}, "layerz"),
-        ({"lms.nn.neural.train.valid": None}, "needs 'valid'"),
+        ({"lms.nn.neural.train.valid": None}, "'lms.nn.neural.train.valid' is None"),
         ({"lms.nn.neural.checkpoint": "x.pt"}, "exactly one of 'checkpoint' and 'train'"),
         ({"lms.nn.arpa": "x.arpa"}, "exactly one of 'arpa', 'train' and 'neural'"),
         ({"lms.nn.neural.batch_tokens": 0}, "batch_tokens"),
         ({"lms.nn.neural.spread_unk": "yes"}, "spread_unk"),
         ({"eval.baseline_lms": ["tyo"]}, "unknown LM"),
         ({"eval.baseline_lms": ["toy", "nn"]}, "every LM"),
-        ({"eval.baseline_lms": "toy"}, "list of LM names"),
+        ({"eval.baseline_lms": "toy"}, "'eval.baseline_lms' is 'toy' .expected a list"),
     ],
 )
 def test_neural_spec_errors(toy_files, tmp_path, over, match):
@@ -67,7 +68,7 @@ def test_missing_checkpoint_is_reported(toy_files, tmp_path):
     raw["lms"]["nn"] = {"neural": {"checkpoint": str(tmp_path / "none.pt")}}
     with pytest.raises(ConfigError, match="no such file"):
         load_config(raw)
-    assert load_config(raw, check_files=False).lms[1].neural["checkpoint"].endswith("none.pt")
+    assert load_config(raw, check_files=False).lm_specs[1].neural["checkpoint"].endswith("none.pt")
 
 
 def test_neural_rescoring_with_ngram_baseline_runs_and_caches(toy_files, tmp_path):

@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from privasr.config import apply_overrides, expand_vars, read_config
 from privasr.corpus.formats.hyporadise import write_hyporadise
 from privasr.corpus.formats.nbest_jsonl import read_nbest, write_nbest
+from privasr.corpus.partition import split_by_key
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
-from privasr.rescore.run import (
-    apply_overrides,
-    expand_vars,
-    load_config,
-    read_config,
-    run_rescore,
-    split_by_key,
-)
+from privasr.experiments.rescore import load_config, run_rescore
 
 
 def _cfg(files, **over):
@@ -47,7 +42,7 @@ def _cfg(files, **over):
         ({"search.ranges.other": [0, 1, 0.1]}, "unknown parameter"),
         ({"lms.rank": "x.arpa"}, "not allowed"),
         ({"lms.toy": {"arpa": "a", "train": {}}}, "exactly one"),
-        ({"lms.toy": {"train": {"order": 3}}}, "needs 'text'"),
+        ({"lms.toy": {"train": {"order": 3}}}, "'lms.toy.train.text' is missing"),
         ({"lms.toy": {"train": {"text": "ami-train", "order": 0}}}, "order"),
         ({"data.dev": None, "search.method": "coordinate"}, "data.dev"),
         ({"search.method": "fixed"}, "weights lack"),
@@ -76,7 +71,7 @@ def test_missing_files_are_reported_before_any_work(toy_files, tmp_path):
 def test_privasr_data_is_expanded(monkeypatch, toy_files):
     monkeypatch.setenv("PRIVASR_DATA", str(toy_files["dev"].parent))
     cfg = load_config(_cfg(toy_files, **{"data.dev": "${PRIVASR_DATA}/dev.jsonl"}))
-    assert cfg.dev == toy_files["dev"]
+    assert cfg.data.dev == toy_files["dev"]
     assert expand_vars("${PRIVASR_DATA}/a") == f"{toy_files['dev'].parent}/a"
     with pytest.raises(ConfigError, match="HOME"):
         expand_vars("${HOME}/a")
