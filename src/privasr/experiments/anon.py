@@ -17,7 +17,7 @@ spans on the **cased** raw tokens of every training turn, each meeting one docum
 document-level passes (spans are cached in ``cache_dir``). Each entity word with a letter
 or digit is then replaced by a placeholder token that survives the ``ami`` normaliser (lower-case, alphabetic,
 with its word index), the turn is normalised exactly like the N-best references
-(:func:`privasr.experiments.text.ami_sentences`), and the placeholders are resolved (:func:`normalise_marked`):
+(:func:`privasr.corpus.sources.ami_sentences`), and the placeholders are resolved (:func:`normalise_marked`):
 
 * **surrogate text** (M1, M3, M4): each entity word becomes its same-category surrogate
   (:class:`~privasr.anon.transform.Anonymizer`, ``"surrogate"``, consistent within a meeting, seeded);

@@ -13,7 +13,7 @@
      lowercased (tokens without a letter or digit dropped, like the references); the calls listed in
      ``data.eval_calls`` (a CSV with a ``file_id`` column, e.g. ``eval10-file-metadata.csv``, or a list) are
      held out and evaluated on their *reference* transcripts (``data.references``, sentences as
-     :func:`~privasr.experiments.text.earnings21_reference_sentences`); the other calls are the clients. The
+     :func:`~privasr.corpus.sources.earnings21_reference_sentences`); the other calls are the clients. The
      CTM confidences are used as given, or -- ``confidence.calibrate_calls: N`` -- mapped by an isotonic
      regression fitted on the first ``N`` client calls with references (which then stop being clients: a
      small labelled set on the server side); with ``confidence.source: classifier`` those calls instead train
@@ -357,7 +357,7 @@ def _group(utts: Sequence[Any], cfg: FedLmRunConfig) -> list[Any]:
 
 
 def _earnings21(cfg: FedLmRunConfig) -> _Data:
-    from privasr.experiments.text import earnings21_reference_sentences
+    from privasr.corpus.sources import earnings21_reference_sentences
 
     d = cfg.data
     utts = ctm_utterances(d["ctm"], d["split_gap"])
@@ -470,7 +470,7 @@ def _ctm_classifier(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[st
     ``calls`` (isotonic calibration on 20% of their utterances), and the background frequencies it needs."""
     from privasr.confidence.ctm import CTM_FEATURE_NAMES, BackgroundFrequencies, ctm_features_many
     from privasr.confidence.model import ConfidenceModel
-    from privasr.experiments.text import load_text
+    from privasr.corpus.sources import load_text
 
     bg = BackgroundFrequencies.from_sentences(load_text(cfg.confidence["background"]))
     feats: list[np.ndarray] = []

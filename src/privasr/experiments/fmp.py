@@ -325,7 +325,7 @@ class _Prepared:
 
 
 def _prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
-    from privasr.experiments.text import load_text
+    from privasr.corpus.sources import load_text
     from privasr.rescore.combine import Combination, LMScoreCache, score_table
     from privasr.rescore.run import _load_nbest, build_lm, build_space, split_by_key
     from privasr.rescore.search import DevObjective, tune
