@@ -63,8 +63,6 @@ Only :class:`~privasr.federated.core.Update` objects of float32 parameter deltas
 from __future__ import annotations
 
 import copy
-import csv
-import io
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -75,9 +73,11 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.corpus.formats.ctm import ctm_utterances
+from privasr.corpus.formats.earnings21_calls import read_call_ids
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["FedLmRunConfig", "load_fedlm_config", "run_fedlm", "ctm_utterances", "read_call_ids", "MODEL_FILE"]
+__all__ = ["FedLmRunConfig", "load_fedlm_config", "run_fedlm", "MODEL_FILE"]
 
 MODEL_FILE = "model.pt"
 """The adapted model's checkpoint inside a run's output folder."""
@@ -277,61 +277,6 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
 
 
 # ------------------------------------------------------------------------------------------------ data
-
-
-def read_call_ids(path: str | Path) -> list[str]:
-    """The ``file_id`` column of an Earnings-21 metadata CSV (e.g. ``eval10-file-metadata.csv``).
-
-    Raises:
-        InputError: no ``file_id`` column, or an empty id (naming the line).
-
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.csv"
-    >>> _ = p.write_text("file_id,company_name\\n4320211,Monro\\n")
-    >>> read_call_ids(p)
-    ['4320211']
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read the call list: {e}", path=p) from None
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or "file_id" not in reader.fieldnames:
-        raise InputError("no file_id column", path=p, line=1, expected="a CSV header with file_id")
-    out = []
-    for n, row in enumerate(reader, start=2):
-        fid = (row.get("file_id") or "").strip()
-        if not fid:
-            raise InputError("empty file_id", path=p, line=n, expected="a call id")
-        out.append(fid)
-    if not out:
-        raise InputError("the call list is empty", path=p, expected="at least one call")
-    return out
-
-
-def ctm_utterances(path: str | Path, split_gap: float) -> list[Any]:
-    """CTM words as :class:`~privasr.corpus.records.Transcript` utterances split at pauses > ``split_gap`` s,
-    lowercased, tokens without a letter or digit dropped (with their confidences); empty utterances dropped.
-
-    Raises:
-        InputError: a CTM without confidences (the per-word weights of paper 001 need them), or a read error.
-    """
-
-    from privasr.corpus.formats.ctm import read_ctm
-
-    out = []
-    for t in read_ctm(path, split_gap=split_gap):
-        if t.confidences is None:
-            raise InputError(f"recording {t.client!r} has no confidences", path=path,
-                             expected="<recording> <channel> <start> <duration> <word> <confidence> lines")
-        keep = [i for i, w in enumerate(t.words) if any(ch.isalnum() for ch in w)]
-        if not keep:
-            continue
-        out.append(replace(t, words=tuple(t.words[i].lower() for i in keep),
-                           confidences=tuple(t.confidences[i] for i in keep),
-                           times=None if t.times is None else tuple(t.times[i] for i in keep)))
-    return out
 
 
 @dataclass
