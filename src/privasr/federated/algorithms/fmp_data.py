@@ -89,7 +89,8 @@ def build_clients(nbests: Sequence[NBest], totals: np.ndarray, offsets: np.ndarr
 
     ``oracle=True`` is a diagnostic, not a system: each list gets the reference as an extra first entry that can
     never be chosen (score ``-1e300``), so that with a small kernel bandwidth the caches hold the reference text
-    (the ceiling of unigram marginals); chosen indices are then shifted by one (:func:`privasr.experiments.fmp.simulate`'s ``shift``)."""
+    (the ceiling of unigram marginals); a chosen index is then one more than the index in the original
+    list (the caller subtracts that shift)."""
     index = {nb.utt_id: k for k, nb in enumerate(nbests)}
     pop = Population.group(nbests, key=key)
     out = []
