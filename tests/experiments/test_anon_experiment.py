@@ -18,12 +18,12 @@ from privasr.corpus.formats.nbest_jsonl import write_nbest  # noqa: E402
 from privasr.corpus.records import Hypothesis, NBest  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
 from privasr.experiments.anon import (  # noqa: E402
-    build_turn_texts,
     draw_adaptation_sets,
     load_anon_config,
     run_anon,
     split_meetings,
 )
+from privasr.lm.ngram.anon_classes import build_turn_texts  # noqa: E402
 from privasr.rescore.run import apply_overrides, read_config  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -14,12 +14,7 @@ torch = pytest.importorskip("torch")
 
 from privasr.cli import main  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
-from privasr.experiments.fedlm import (  # noqa: E402
-    ctm_utterances,
-    load_fedlm_config,
-    read_call_ids,
-    run_fedlm,
-)
+from privasr.experiments.fedlm import load_fedlm_config, run_fedlm  # noqa: E402
 from privasr.rescore.run import apply_overrides  # noqa: E402
 
 
@@ -288,13 +283,6 @@ def _e21_raw(earnings: Path, corpus: Path, tmp: Path, **over) -> dict:
     return apply_overrides(raw, over)
 
 
-def test_ctm_utterances_lowercase_split_and_keep_confidences(earnings):
-    utts = ctm_utterances(earnings / "ctm.tar.xz", 1.0)
-    assert len(utts) == 4 * 30 and all(len(u.words) == 6 for u in utts)
-    assert all(w.islower() for u in utts for w in u.words)
-    assert all(len(u.confidences) == 6 for u in utts)
-
-
 def test_earnings21_run_holds_out_the_eval_calls(earnings, corpus, tmp_path):
     m = run_fedlm(load_fedlm_config(_e21_raw(earnings, corpus, tmp_path)), tmp_path / "out")
     assert m["clients"] == 3 and m["eval_sentences"] == 30
@@ -396,13 +384,6 @@ def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
                   tmp_path / "o")
     with pytest.raises(ConfigError, match="speaker"):
         load_fedlm_config(_e21_raw(earnings, corpus, tmp_path, clients={"key": "speaker"}))
-    bad = earnings / "bad.csv"
-    bad.write_text("id,name\n1,x\n")
-    with pytest.raises(InputError, match="file_id"):
-        read_call_ids(bad)
-    noconf = _tar(tmp_path / "noconf.tar.xz", {"ctm/1.ctm": "1 A 0.0 0.1 hello\n"})
-    with pytest.raises(InputError, match="no confidences"):
-        ctm_utterances(noconf, 1.0)
 
 
 @pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp"])

@@ -9,9 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from privasr.asr.synth_an4 import synthetic_corpus  # noqa: E402
 from privasr.cli import main  # noqa: E402
 from privasr.errors import InputError  # noqa: E402
-from privasr.experiments.ftl import load_ftl_config, run_ftl, synthetic_corpus  # noqa: E402
+from privasr.experiments.ftl import load_ftl_config, run_ftl  # noqa: E402
 from privasr.experiments.ftl_compare import compare_runs, pooled_difference  # noqa: E402
 from privasr.metrics import wer  # noqa: E402
 from privasr.metrics.bootstrap import paired_bootstrap  # noqa: E402

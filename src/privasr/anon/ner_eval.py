@@ -448,7 +448,7 @@ def _scores(words: list[Any], gold: list[Any], pred: list[Any], clients: list[st
 
 
 def _gutenberg_cased(data: Path) -> list[tuple[str, ...]]:
-    from privasr.experiments.text import _gutenberg
+    from privasr.corpus.sources import _gutenberg
 
     try:
         return _gutenberg(data, lambda toks: toks)

@@ -3,7 +3,7 @@ and Ray backends, and server memory against the number of clients folded into a 
 
 **Setup.** A CTC model of the ``tiny`` preset widened to 128 units per direction (``AcousticConfig.preset("tiny",
 arch="ctc", enc_hidden=128)``; its parameter count is ``parameters``) over character units, and a pool of 16
-clients of the synthetic AN4-like corpus (:func:`~privasr.experiments.ftl.synthetic_corpus`: one client per
+clients of the synthetic AN4-like corpus (:func:`~privasr.asr.synth_an4.synthetic_corpus`: one client per
 speaker, 12 utterances each); ``FtlConfig`` with client SGD (2 local epochs), server Adam and softmax weighting. torch runs on one
 thread in this process; each Ray worker is one actor with one CPU.
 
@@ -40,9 +40,9 @@ RAY_WORKERS = 2
 
 def _setup(seed: int) -> tuple[Any, list[Any], Any]:
     """(tokenizer, the 16 synthetic one-speaker clients, the FTL config) of both measurements."""
+    from privasr.asr.synth_an4 import synthetic_corpus
     from privasr.asr.train import an4_examples
     from privasr.asr.units import CharTokenizer
-    from privasr.experiments.ftl import synthetic_corpus
     from privasr.federated.algorithms.ftl import FtlClient, FtlConfig
 
     train_utts, _ = synthetic_corpus(speakers=16, utterances=12, test_speakers=2, seed=seed)

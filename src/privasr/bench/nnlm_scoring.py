@@ -68,7 +68,7 @@ def load_task(seed: int, quick: bool, lists: int) -> tuple[str, list[list[tuple[
     d = data_dir()
     if d is not None and (d / "ami-tts-nbest" / "test.jsonl.xz").is_file() and (d / "ami-transcripts").is_dir():
         from privasr.corpus.formats.ami_tts import read_ami_tts
-        from privasr.experiments.text import ami_sentences
+        from privasr.corpus.sources import ami_sentences
 
         recs = read_ami_tts(d / "ami-tts-nbest" / "test.jsonl.xz")[:lists]
         return ("ami-tts-nbest test, AMI-train vocabulary", [[h.words for h in nb.hyps[:10]] for nb in recs],

@@ -39,7 +39,7 @@ def load_task(seed: int, quick: bool) -> tuple[str, list[NBest], list[tuple[str,
     d = data_dir()
     if d is not None and (d / "ami-tts-nbest" / "test.jsonl.xz").is_file() and (d / "ami-transcripts").is_dir():
         from privasr.corpus.formats.ami_tts import read_ami_tts
-        from privasr.experiments.text import ami_sentences
+        from privasr.corpus.sources import ami_sentences
 
         recs = read_ami_tts(d / "ami-tts-nbest" / "test.jsonl.xz")
         if quick:

@@ -103,7 +103,7 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         )
         if not quick and lm_src is not None:
             from privasr.asr.tts_nbest import AdaptationSpec, build_adapted_model, select_adaptation_sentences
-            from privasr.experiments.text import earnings21_sentences
+            from privasr.corpus.sources import earnings21_sentences
 
             spec = AdaptationSpec(sentences=50, pool=100)
             from privasr.asr.adapt import dictionary_words

@@ -143,7 +143,7 @@ def tts_nbest(
     if adapt_text is not None:
         from privasr.asr.adapt import dictionary_words
         from privasr.asr.decode import default_model
-        from privasr.experiments.text import load_text
+        from privasr.corpus.sources import load_text
 
         text = load_text(adapt_text, data=data)
         vocab = dictionary_words(dictionary or default_model()["dict"])

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
                                                  "train-neural).")],
         text: Annotated[str, typer.Option("--text", help="Corpus whose n-grams and histories are used: a text "
                                           "file (one sentence per line, .gz/.xz ok) or a source name of "
-                                          "privasr.experiments.text (ami-train, gutenberg, ...).")],
+                                          "privasr.corpus.sources (ami-train, gutenberg, ...).")],
         arpa: Annotated[Path, typer.Option("--arpa", help="Output ARPA file (compressed by suffix).")],
         order: Annotated[int, typer.Option("--order", "-o", help="N-gram order (ignored with --base).")] = 3,
         base: Annotated[Path | None, typer.Option("--base", help="Keep this ARPA model's n-gram set and "
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
     ) -> None:
         """Approximate a neural LM by a normalised backoff n-gram model and write it as ARPA."""
-        from privasr.experiments.text import TEXT_SOURCES, load_text
+        from privasr.corpus.sources import TEXT_SOURCES, load_text
         from privasr.lm.neural.approx import ApproxStats, ModelSource, approximate_ngram, overwrite_ngram
         from privasr.lm.neural.checkpoint import load_checkpoint
         from privasr.lm.ngram.model import NgramModel

@@ -83,7 +83,8 @@ def _fmp(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], weights: dic
          rounds: int = 2) -> dict[str, Any]:
     """FMP on top of the background-trigram rescoring: lam tuned on the dev clients, then test without and with
     Laplace DP. Returns the chosen test words and figures."""
-    from privasr.experiments.fmp import WordIds, background_unigram, build_clients, simulate
+    from privasr.experiments.fmp import simulate
+    from privasr.federated.algorithms.fmp_data import WordIds, background_unigram, build_clients
     from privasr.lm.ngram.mkn import train_mkn
     from privasr.metrics import wer
     from privasr.rescore import Combination, score_table

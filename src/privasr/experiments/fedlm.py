@@ -13,7 +13,7 @@
      lowercased (tokens without a letter or digit dropped, like the references); the calls listed in
      ``data.eval_calls`` (a CSV with a ``file_id`` column, e.g. ``eval10-file-metadata.csv``, or a list) are
      held out and evaluated on their *reference* transcripts (``data.references``, sentences as
-     :func:`~privasr.experiments.text.earnings21_reference_sentences`); the other calls are the clients. The
+     :func:`~privasr.corpus.sources.earnings21_reference_sentences`); the other calls are the clients. The
      CTM confidences are used as given, or -- ``confidence.calibrate_calls: N`` -- mapped by an isotonic
      regression fitted on the first ``N`` client calls with references (which then stop being clients: a
      small labelled set on the server side); with ``confidence.source: classifier`` those calls instead train
@@ -63,8 +63,6 @@ Only :class:`~privasr.federated.core.Update` objects of float32 parameter deltas
 from __future__ import annotations
 
 import copy
-import csv
-import io
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -75,9 +73,11 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.corpus.formats.ctm import ctm_utterances
+from privasr.corpus.formats.earnings21_calls import read_call_ids
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["FedLmRunConfig", "load_fedlm_config", "run_fedlm", "ctm_utterances", "read_call_ids", "MODEL_FILE"]
+__all__ = ["FedLmRunConfig", "load_fedlm_config", "run_fedlm", "MODEL_FILE"]
 
 MODEL_FILE = "model.pt"
 """The adapted model's checkpoint inside a run's output folder."""
@@ -279,61 +279,6 @@ def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) ->
 # ------------------------------------------------------------------------------------------------ data
 
 
-def read_call_ids(path: str | Path) -> list[str]:
-    """The ``file_id`` column of an Earnings-21 metadata CSV (e.g. ``eval10-file-metadata.csv``).
-
-    Raises:
-        InputError: no ``file_id`` column, or an empty id (naming the line).
-
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.csv"
-    >>> _ = p.write_text("file_id,company_name\\n4320211,Monro\\n")
-    >>> read_call_ids(p)
-    ['4320211']
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read the call list: {e}", path=p) from None
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or "file_id" not in reader.fieldnames:
-        raise InputError("no file_id column", path=p, line=1, expected="a CSV header with file_id")
-    out = []
-    for n, row in enumerate(reader, start=2):
-        fid = (row.get("file_id") or "").strip()
-        if not fid:
-            raise InputError("empty file_id", path=p, line=n, expected="a call id")
-        out.append(fid)
-    if not out:
-        raise InputError("the call list is empty", path=p, expected="at least one call")
-    return out
-
-
-def ctm_utterances(path: str | Path, split_gap: float) -> list[Any]:
-    """CTM words as :class:`~privasr.corpus.records.Transcript` utterances split at pauses > ``split_gap`` s,
-    lowercased, tokens without a letter or digit dropped (with their confidences); empty utterances dropped.
-
-    Raises:
-        InputError: a CTM without confidences (the per-word weights of paper 001 need them), or a read error.
-    """
-
-    from privasr.corpus.formats.ctm import read_ctm
-
-    out = []
-    for t in read_ctm(path, split_gap=split_gap):
-        if t.confidences is None:
-            raise InputError(f"recording {t.client!r} has no confidences", path=path,
-                             expected="<recording> <channel> <start> <duration> <word> <confidence> lines")
-        keep = [i for i, w in enumerate(t.words) if any(ch.isalnum() for ch in w)]
-        if not keep:
-            continue
-        out.append(replace(t, words=tuple(t.words[i].lower() for i in keep),
-                           confidences=tuple(t.confidences[i] for i in keep),
-                           times=None if t.times is None else tuple(t.times[i] for i in keep)))
-    return out
-
-
 @dataclass
 class _Data:
     """Client utterances (words + confidences), evaluation text, and for N-best data the lists themselves."""
@@ -357,7 +302,7 @@ def _group(utts: Sequence[Any], cfg: FedLmRunConfig) -> list[Any]:
 
 
 def _earnings21(cfg: FedLmRunConfig) -> _Data:
-    from privasr.experiments.text import earnings21_reference_sentences
+    from privasr.corpus.sources import earnings21_reference_sentences
 
     d = cfg.data
     utts = ctm_utterances(d["ctm"], d["split_gap"])
@@ -470,7 +415,7 @@ def _ctm_classifier(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[st
     ``calls`` (isotonic calibration on 20% of their utterances), and the background frequencies it needs."""
     from privasr.confidence.ctm import CTM_FEATURE_NAMES, BackgroundFrequencies, ctm_features_many
     from privasr.confidence.model import ConfidenceModel
-    from privasr.experiments.text import load_text
+    from privasr.corpus.sources import load_text
 
     bg = BackgroundFrequencies.from_sentences(load_text(cfg.confidence["background"]))
     feats: list[np.ndarray] = []

@@ -31,9 +31,7 @@ send them anywhere); what crosses to the server is only the :class:`~privasr.fed
 from __future__ import annotations
 
 import copy
-import math
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +42,9 @@ import numpy as np
 from privasr import __version__
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
+from privasr.federated.algorithms.fmp_data import background_unigram, build_clients, dp_settings
 
-__all__ = ["FmpRunConfig", "load_fmp_config", "run_fmp", "background_unigram", "build_clients", "simulate",
-           "WordIds", "nnlm_normalizer"]
+__all__ = ["FmpRunConfig", "load_fmp_config", "run_fmp", "simulate", "nnlm_normalizer"]
 
 _TOP = ("name", "seed", "data", "clients", "nnlm", "background", "cache_dir", "combine", "search", "oracle_cache",
         "fmp", "lam_grid", "lam2_grid", "bigram_prior", "normalize", "dp", "federated", "tables", "eval")
@@ -209,95 +207,6 @@ def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> F
 # ------------------------------------------------------------------------------------------- building blocks
 
 
-class WordIds:
-    """A plain word -> id map with the neural vocabulary's conventions (``<unk>``, ``<s>``, ``</s>`` = 0, 1, 2),
-    for FMP over an n-gram LM without importing torch.
-
-    >>> v = WordIds.build([["b", "a", "b"]])
-    >>> v.words, v.encode(["a", "zz"]), v.unk_id, v.eos_id, len(v)
-    (('<unk>', '<s>', '</s>', 'b', 'a'), [4, 0], 0, 2, 5)
-    """
-
-    unk_id = 0
-    bos_id = 1
-    eos_id = 2
-
-    def __init__(self, words: Sequence[str]) -> None:
-        self.words = tuple(words)
-        self._ids = {w: i for i, w in enumerate(self.words)}
-
-    @classmethod
-    def build(cls, sentences: Sequence[Sequence[str]]) -> WordIds:
-        """Specials, then the words of ``sentences`` by count (ties alphabetical)."""
-        c: Counter[str] = Counter(w for s in sentences for w in s)
-        for sp in ("<unk>", "<s>", "</s>"):
-            c.pop(sp, None)
-        return cls(("<unk>", "<s>", "</s>", *sorted(c, key=lambda w: (-c[w], w))))
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def encode(self, words: Sequence[str]) -> list[int]:
-        """Ids of ``words`` (unknown: 0)."""
-        get = self._ids.get
-        return [get(w, 0) for w in words]
-
-
-def background_unigram(sentences: Sequence[Sequence[str]], vocab: Any) -> np.ndarray:
-    """``u(w)``: add-one unigram estimate over ``vocab`` from ``sentences`` (OOV tokens count as ``<unk>``;
-    ``<s>`` gets no mass beyond its add-one count; ``</s>`` is counted once per sentence).
-
-    >>> from privasr.lm.neural.vocab import Vocabulary
-    >>> v = Vocabulary.build([["a", "b", "a"]])
-    >>> background_unigram([["a", "b", "a"], ["a", "zz"]], v).round(3).tolist()
-    [0.167, 0.083, 0.25, 0.333, 0.167]
-    """
-    counts = np.ones(len(vocab), dtype=np.float64)
-    c: Counter[int] = Counter()
-    for s in sentences:
-        c.update(vocab.encode(s))
-    for i, n in c.items():
-        counts[i] += n
-    counts[vocab.eos_id] += len(sentences)
-    return counts / counts.sum()
-
-
-def build_clients(nbests: Sequence[NBest], totals: np.ndarray, offsets: np.ndarray, vocab: Any, key: str,
-                  rounds: int, bias_weight: float = 1.0, oracle: bool = False) -> list[Any]:
-    """FMP clients from N-best lists: grouped by ``key`` (``client`` = meeting, ``speaker``), utterances in time
-    order split into ``rounds + 1`` groups; each hypothesis as vocabulary ids and its baseline total score.
-
-    Words outside the NNLM's vocabulary are left out of the ids: FMP neither counts nor rescales ``<unk>``
-    (boosting a class of unknown words would reward hypotheses full of rare words).
-
-    ``oracle=True`` is a diagnostic, not a system: each list gets the reference as an extra first entry that can
-    never be chosen (score ``-1e300``), so that with a small kernel bandwidth the caches hold the reference text
-    (the ceiling of unigram marginals); chosen indices are then shifted by one (:func:`simulate`'s ``shift``)."""
-    from privasr.corpus.partition import time_rounds
-    from privasr.corpus.records import Population
-    from privasr.federated.algorithms.fmp import FmpClient, FmpUtterance
-
-    index = {nb.utt_id: k for k, nb in enumerate(nbests)}
-    pop = Population.group(nbests, key=key)
-    out = []
-    for c in pop:
-        groups = []
-        for g in time_rounds(c.utterances, rounds):
-            utts = []
-            for nb in g:
-                k = index[nb.utt_id]
-                words = ([nb.ref or ()] if oracle else []) + [h.words for h in nb.hyps]
-                enc = (np.asarray(vocab.encode(w), dtype=np.int64) for w in words)
-                ids = tuple(e[e != vocab.unk_id] for e in enc)
-                base = np.asarray(totals[offsets[k]:offsets[k + 1]], dtype=np.float64)
-                if oracle:
-                    base = np.concatenate([[-1e300], base])
-                utts.append(FmpUtterance(nb.utt_id, ids, base, bias_weight))
-            groups.append(tuple(utts))
-        out.append(FmpClient(c.id, tuple(groups)))
-    return out
-
-
 @dataclass
 class _Prepared:
     dev: list[NBest]
@@ -325,7 +234,7 @@ class _Prepared:
 
 
 def _prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
-    from privasr.experiments.text import load_text
+    from privasr.corpus.sources import load_text
     from privasr.rescore.combine import Combination, LMScoreCache, score_table
     from privasr.rescore.run import _load_nbest, build_lm, build_space, split_by_key
     from privasr.rescore.search import DevObjective, tune
@@ -412,14 +321,7 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     from privasr.federated.backends import run_on
     from privasr.federated.sampling import AllClients
 
-    cfg = dict(fmp)
-    if dp is not None:
-        cfg.update(dp_unit=dp["unit"], dp_cap=dp["cap"])
-        if "qbar_threshold" not in fmp:
-            # post-processing: drop global counts below threshold_sd standard deviations of the noise summed
-            # over all rounds (Laplace(b) has variance 2 b^2; the running sum holds rounds + 1 draws)
-            b = dp["cap"] / dp["epsilon"]
-            cfg["qbar_threshold"] = dp.get("threshold_sd", 3.0) * b * math.sqrt(2.0 * (rounds + 1))
+    cfg = dict(fmp) if dp is None else dp_settings(fmp, dp, rounds)
     conf = FmpConfig.from_dict({**cfg, "lam": lam})
     alg = FmpAlgorithm(conf, u, bigram, normalizer)
     privacy = _privacy(dp, conf.privacy_composition())

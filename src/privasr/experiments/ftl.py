@@ -9,7 +9,7 @@
    belongs to the **server**, which trains the seed model on them (and replays them, 3.2), the others are the
    **clients**. Every ``data.valid_every``-th utterance of each client speaker is held out as the validation
    set (never trained on; the loss that decides rounds-to-target). The 10 test speakers are the test set.
-   ``data.kind: synthetic`` generates a small corpus of the same shape (:func:`synthetic_corpus`; the demo).
+   ``data.kind: synthetic`` generates a small corpus of the same shape (:func:`~privasr.asr.synth_an4.synthetic_corpus`; the demo).
 2. **Units**: ``units: char`` or ``{sentencepiece: N}`` (trained on the server speakers' transcripts).
 3. **Seed model**: ``model`` (an :class:`~privasr.asr.models.AcousticConfig` preset plus overrides) trained
    centrally with Adam for ``seed_model.epochs`` on the server speakers (cached in ``OUT/cache``). With
@@ -53,9 +53,10 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.asr.synth_an4 import synthetic_corpus
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["FtlRunConfig", "load_ftl_config", "run_ftl", "synthetic_corpus", "split_speakers"]
+__all__ = ["FtlRunConfig", "load_ftl_config", "run_ftl", "split_speakers"]
 
 _TOP = ("name", "seed", "data", "units", "model", "seed_model", "clients", "rounds", "federated", "ftl",
         "baseline", "target_loss", "tables", "centralised", "eval")
@@ -188,44 +189,6 @@ def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
 # ---------------------------------------------------------------------------------------------------------------
 # data
 # ---------------------------------------------------------------------------------------------------------------
-def synthetic_corpus(speakers: int = 16, utterances: int = 12, test_speakers: int = 4, seed: int = 0,
-                     dim: int = 13) -> tuple[list[Any], list[Any]]:
-    """A small AN4-like corpus (train, test) of :class:`~privasr.asr.features.An4Utterance`: 1-3 words of a
-    20-word lexicon spelled over 8 letters, each letter 6-9 frames of its own random 13-dim mean plus a
-    per-speaker offset and noise, 6 frames of low noise before, between and after the words.
-
-    >>> tr, te = synthetic_corpus(speakers=3, utterances=2, test_speakers=2)
-    >>> len(tr), len(te), tr[0].features.shape[1], len({u.speaker for u in tr})
-    (6, 4, 13, 3)
-    """
-    from privasr.asr.features import An4Utterance
-
-    rng = np.random.default_rng([seed, 21])
-    letters = "ABCDEFGH"
-    means = rng.normal(0.0, 2.0, size=(len(letters), dim))
-    lexicon = ["".join(rng.choice(list(letters), size=int(rng.integers(2, 5)))) for _ in range(20)]
-
-    def speaker(name: str, n: int, sid: int) -> list[Any]:
-        r = np.random.default_rng([seed, 22, sid])
-        offset = r.normal(0.0, 0.5, size=dim)
-        out = []
-        for i in range(n):
-            words = tuple(str(w) for w in r.choice(lexicon, size=int(r.integers(1, 4))))
-            frames = [r.normal(0.0, 0.3, size=(6, dim))]
-            for w in words:
-                for ch in w:
-                    k = int(r.integers(6, 10))
-                    frames.append(means[letters.index(ch)] + offset + r.normal(0.0, 0.7, size=(k, dim)))
-                frames.append(r.normal(0.0, 0.3, size=(6, dim)))
-            feats = np.concatenate(frames).astype(np.float32)
-            out.append(An4Utterance(f"{name}-{i:03d}", name, words, feats))
-        return out
-
-    train = [u for s in range(speakers) for u in speaker(f"spk{s:02d}", utterances, s)]
-    test = [u for s in range(test_speakers) for u in speaker(f"tst{s:02d}", utterances, 1000 + s)]
-    return train, test
-
-
 def split_speakers(speakers: Sequence[str], seed_fraction: float) -> tuple[list[str], list[str]]:
     """(server speakers, client speakers): sorted, the server takes every ``1 / seed_fraction``-th by position.
 

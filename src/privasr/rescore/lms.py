@@ -58,8 +58,8 @@ __all__ = ["LMSpec", "LMSettings", "NgramTrainSettings", "NeuralSettings", "Neur
 
 
 def _text_source(v: str, where: str, ctx: Context) -> str:
-    """A text source name of :mod:`privasr.experiments.text`, or an existing text file (``${VAR}`` expanded)."""
-    from privasr.experiments.text import TEXT_SOURCES
+    """A text source name of :mod:`privasr.corpus.sources`, or an existing text file (``${VAR}`` expanded)."""
+    from privasr.corpus.sources import TEXT_SOURCES
 
     if v in TEXT_SOURCES:
         return v
@@ -248,7 +248,7 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
         lm = NgramModel.from_arpa(spec.arpa)
         info: dict[str, Any] = {"arpa": str(spec.arpa), "load_s": time.perf_counter() - t0}
     else:
-        from privasr.experiments.text import load_text
+        from privasr.corpus.sources import load_text
 
         assert spec.text is not None
         sents = load_text(spec.text, data=data, normalize=spec.normalize)
@@ -308,7 +308,7 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
         lm = NeuralLM.from_checkpoint(nspec["checkpoint"], **kw)
         info.update(checkpoint=nspec["checkpoint"], load_s=time.perf_counter() - t0)
     else:
-        from privasr.experiments.text import load_text
+        from privasr.corpus.sources import load_text
         from privasr.lm.neural.checkpoint import load_checkpoint, save_checkpoint
         from privasr.lm.neural.models import NeuralLMConfig
 

@@ -18,7 +18,7 @@ rescored test N-best lists (canonical JSON Lines). Config (YAML; every key optio
       NAME: {arpa: PATH}              # the same, or
       NAME: {train: {text: SOURCE, order: 3, prune: null, normalize: null}}
                                       # trained with modified Kneser-Ney (privasr.lm.ngram.mkn.train_mkn) on a
-                                      # text source of privasr.experiments.text (ami-train, gutenberg, ...) or a
+                                      # text source of privasr.corpus.sources (ami-train, gutenberg, ...) or a
                                       # text file; written to OUT/lm/NAME.arpa and read back from it (so the
                                       # run uses exactly that file), reused by later runs while text and spec match
       NAME: {neural: {checkpoint: PATH, device: cpu, batch_tokens: 4096}}
@@ -357,7 +357,7 @@ def _lm_spec(name: Any, v: Any, check: bool) -> LMSpec:
     t = _mapping(d["train"], f"{where}.train", _TRAIN)
     if "text" not in t:
         raise ConfigError(f"config key {where}.train needs 'text'", expected="a text source name or a text file")
-    from privasr.experiments.text import TEXT_SOURCES
+    from privasr.corpus.sources import TEXT_SOURCES
 
     text = _str(t["text"], f"{where}.train.text")
     if text not in TEXT_SOURCES:
@@ -408,7 +408,7 @@ def federation_settings(raw: Mapping[str, Any]) -> tuple[str, dict[str, Any], An
 
 
 def _text_source(v: Any, where: str, check: bool) -> str:
-    from privasr.experiments.text import TEXT_SOURCES
+    from privasr.corpus.sources import TEXT_SOURCES
 
     text = _str(v, where)
     return text if text in TEXT_SOURCES else str(_path(text, where, check))
@@ -663,7 +663,7 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
         lm = NgramModel.from_arpa(spec.arpa)
         info: dict[str, Any] = {"arpa": str(spec.arpa), "load_s": time.perf_counter() - t0}
     else:
-        from privasr.experiments.text import load_text
+        from privasr.corpus.sources import load_text
 
         assert spec.text is not None
         sents = load_text(spec.text, data=data, normalize=spec.normalize)
@@ -723,7 +723,7 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
         lm = NeuralLM.from_checkpoint(nspec["checkpoint"], **kw)
         info.update(checkpoint=nspec["checkpoint"], load_s=time.perf_counter() - t0)
     else:
-        from privasr.experiments.text import load_text
+        from privasr.corpus.sources import load_text
         from privasr.lm.neural.checkpoint import load_checkpoint, save_checkpoint
         from privasr.lm.neural.models import NeuralLMConfig
 

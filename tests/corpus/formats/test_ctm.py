@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from privasr.corpus.formats.ctm import read_ctm, write_ctm
+from privasr.corpus.formats.ctm import ctm_utterances, read_ctm, write_ctm
 from privasr.corpus.records import Transcript
 from privasr.errors import InputError
 
@@ -95,3 +95,32 @@ def test_real_earnings21_ctms(shared_data: Path) -> None:
     assert all(t.confidences is not None and t.times is not None for t in rev)
     low = sum(c < 0.9 for t in rev for c in t.confidences or ()) / 369181
     assert 0.10 <= low <= 0.13
+
+
+def _tar(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_ctm_utterances_lowercase_split_and_keep_confidences(tmp_path: Path) -> None:
+    lines = {"100": ["100 A 0.00 0.20 GOOD 0.90", "100 A 0.20 0.10 -- 1.00", "100 A 0.30 0.20 Day 0.50",
+                     "100 A 3.00 0.20 uh-huh 0.30", "100 A 5.00 0.20 . 0.99"],
+             "200": ["200 A 0.00 0.20 Q3 0.70"]}
+    path = _tar(tmp_path / "ctm.tar.xz", {f"ctm/{c}.ctm": "\n".join(ls) + "\n" for c, ls in lines.items()})
+    utts = ctm_utterances(path, 1.0)
+    assert [(u.utt_id, u.words, u.confidences, u.times) for u in utts] == [
+        ("100_0000", ("good", "day"), (0.9, 0.5), ((0.0, 0.2), (0.3, 0.5))),
+        ("100_0001", ("uh-huh",), (0.3,), ((3.0, 3.2),)),
+        ("200_0000", ("q3",), (0.7,), ((0.0, 0.2),))]
+    assert all(u.client == u.utt_id[:3] for u in utts)
+
+
+def test_ctm_utterances_need_confidences(tmp_path: Path) -> None:
+    noconf = _tar(tmp_path / "noconf.tar.xz", {"ctm/1.ctm": "1 A 0.0 0.1 hello\n"})
+    with pytest.raises(InputError, match="no confidences"):
+        ctm_utterances(noconf, 1.0)

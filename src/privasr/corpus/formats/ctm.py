@@ -18,6 +18,9 @@ Input may be a ``.ctm`` file (``.gz``/``.xz``/``.bz2`` allowed), a folder of ``*
 name), or a tar archive of them (errors then name ``archive.tar.xz:member.ctm:LINE``). A recording may
 not be continued in a second file.
 
+:func:`ctm_utterances` reads a CTM with confidences as utterances (split at pauses, lowercased, tokens without
+a letter or digit dropped): the client text of the Earnings-21 federated experiments (paper 001).
+
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.ctm"
 >>> _ = p.write_text(";; comment\\nrec1 A 0.5 0.25 hello 0.9\\nrec1 A 0.8 0.2 world 1.00\\n")
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from privasr.corpus.formats._common import (
     is_tar,
@@ -42,7 +46,7 @@ from privasr.corpus.records import Transcript
 from privasr.corpus.textio import PathLike, iter_lines, open_write_text
 from privasr.errors import InputError
 
-__all__ = ["read_ctm", "write_ctm", "iter_ctm_files", "parse_ctm_line"]
+__all__ = ["read_ctm", "write_ctm", "iter_ctm_files", "parse_ctm_line", "ctm_utterances"]
 
 _EXPECTED = "<recording> <channel> <start> <duration> <word> [<confidence>]"
 
@@ -242,3 +246,29 @@ def write_ctm(path: PathLike, records: Iterable[Transcript], channel: str = "A")
                 n += 1
     return n
 
+
+def ctm_utterances(path: str | Path, split_gap: float) -> list[Any]:
+    """CTM words as :class:`~privasr.corpus.records.Transcript` utterances split at pauses > ``split_gap`` s,
+    lowercased, tokens without a letter or digit dropped (with their confidences); empty utterances dropped.
+
+    Raises:
+        InputError: a CTM without confidences (the per-word weights of paper 001 need them), or a read error.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.ctm"
+    >>> _ = p.write_text("c1 A 0.0 0.2 Good 0.9\\nc1 A 0.2 0.1 , 1.0\\nc1 A 0.3 0.2 Day 0.8\\nc1 A 5.0 0.5 Um 0.4\\n")
+    >>> [(u.utt_id, u.words, u.confidences) for u in ctm_utterances(p, 1.0)]
+    [('c1_0000', ('good', 'day'), (0.9, 0.8)), ('c1_0001', ('um',), (0.4,))]
+    """
+    out = []
+    for t in read_ctm(path, split_gap=split_gap):
+        if t.confidences is None:
+            raise InputError(f"recording {t.client!r} has no confidences", path=path,
+                             expected="<recording> <channel> <start> <duration> <word> <confidence> lines")
+        keep = [i for i, w in enumerate(t.words) if any(ch.isalnum() for ch in w)]
+        if not keep:
+            continue
+        out.append(replace(t, words=tuple(t.words[i].lower() for i in keep),
+                           confidences=tuple(t.confidences[i] for i in keep),
+                           times=None if t.times is None else tuple(t.times[i] for i in keep)))
+    return out

@@ -71,7 +71,7 @@ def ami_approx_experiment(checkpoint: str, mkn_arpa: str, out_dir: str, *, order
     import time
     from pathlib import Path
 
-    from privasr.experiments.text import ami_sentences
+    from privasr.corpus.sources import ami_sentences
     from privasr.lm.neural.approx import ApproxStats, approximate_ngram, check_normalised, overwrite_ngram
     from privasr.lm.neural.scorer import NeuralLM
     from privasr.lm.ngram.model import NgramModel
