@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from privasr.cli import main  # noqa: E402
+from privasr.config import apply_overrides  # noqa: E402
 from privasr.errors import ConfigError  # noqa: E402
 from privasr.experiments.fmp import load_fmp_config, run_fmp  # noqa: E402
-from privasr.rescore.run import apply_overrides  # noqa: E402
 
 
 @pytest.fixture(scope="module")

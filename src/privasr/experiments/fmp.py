@@ -4,7 +4,7 @@
 
 1. **The server's NNLM** is trained on generic background text only (``generic-train``: Gutenberg +
    Earnings-21, the first pass's own corpus; never the evaluation domain) or loaded from a checkpoint, exactly
-   like a rescoring config's ``neural`` LM (:mod:`privasr.rescore.run`), cached in ``cache_dir``. The
+   like a rescoring config's ``neural`` LM (:mod:`privasr.rescore.lms`), cached in ``cache_dir``. The
    background unigram ``u(w)`` is the add-one estimate over the NNLM's vocabulary from the same text.
 2. **The baseline** is generic-NNLM rescoring: ``am + w_lm * first-pass LM + w_nnlm * ln P_nnlm + wp * n`` with
    the weights tuned on dev WER (coordinate descent; paper 000 fixes the interpolation at 0.5, we tune it).
@@ -26,11 +26,59 @@
 
 The WER of a client's choices is computed from the client states in simulation (a deployed device would not
 send them anywhere); what crosses to the server is only the :class:`~privasr.federated.core.Update` of counts.
+
+Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConfig`, read with
+:mod:`privasr.config`; strings may use ``${PRIVASR_DATA}``)::
+
+    name: fmp                         # a label for the report
+    seed: 0                           # simulation, sampling and bootstrap seed
+    data:                             # required: dev + test N-best sets, or one set split by key
+      dev: PATH
+      test: PATH
+      nbest: PATH                     # instead of dev/test
+      split: {key: speaker, dev: even}  # key: speaker | client; dev: even | odd positions of the sorted keys
+    clients: {key: client}            # client (meeting) | speaker
+    nnlm: {neural: {...}}             # required: the server's NNLM, a neural LM entry of privasr.rescore.lms
+    cache_dir: null                   # where a trained NNLM is cached (default OUT/lm)
+    background: null                  # the text of u(w) (default: the NNLM's training text, else generic-train)
+    combine: {prior: am, first_pass_lm: true}   # prior: am | rank | uniform
+    search:                           # the baseline's weights, coordinate descent on dev
+      ranges: {}                      # PARAM: [min, max, step] (privasr.rescore.search.default_ranges)
+      max_rounds: 20                  # >= 1
+      coarse_points: 7                # >= 2
+      restarts: 3                     # >= 0
+    fmp: {alpha: 0.5, beta: 0.25, sigma: 5.0, smoothing: 1.0, refresh: utterance, send: increment,
+          rounds: 10, qbar_threshold: null, order: 1, beta2: 0.5, smoothing2: 1.0}
+                                      # FmpConfig's settings (alpha + beta <= 1), rounds T >= 0; qbar_threshold
+                                      # null: 0, or with dp the threshold of dp.threshold_sd noise deviations
+    lam_grid: [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]   # lam tuned on dev (values >= 0)
+    lam2_grid: [0.0, 0.1, 0.25, 0.5, 1.0, 2.0]                  # order 2: lam2 tuned on dev after lam
+    bigram_prior: 10.0                # order 2: pseudo-counts of the background bigram
+    normalize: false                  # exact renormalisation of the rescaled NNLM (not with oracle_cache)
+    oracle_cache: false               # diagnostic: the caches hold the references
+    dp: null                          # {epsilon: REQUIRED, unit: utterance | user, cap: 1.0, accountant: pld | rdp,
+                                      #  delta: 1e-5, threshold_sd: 3.0}
+    federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
+    tables: {rounds: [T, ...], hyper: [{alpha, beta, sigma}, ...], epsilon: [EPS, ...], bigram: [T, ...]}
+    eval: {bootstrap_resamples: 1000}
+
+:func:`load_fmp_config` validates everything (unknown keys, types, ranges, files) before any work; errors name
+the key path.
+
+>>> cfg = load_fmp_config({"data": {"nbest": "x.jsonl"}, "nnlm": {"neural": {"checkpoint": "m.pt"}},
+...                        "fmp": {"rounds": 2}, "lam_grid": 0.5}, check_files=False)
+>>> cfg.data.split, cfg.fmp.rounds, cfg.lam_grid
+(SplitSettings(key='speaker', dev='even'), 2, (0.5,))
+>>> load_fmp_config({"data": {"nbest": "x.jsonl"}, "nnlm": {"neural": {"checkpoint": "m.pt"}},
+...                  "fmp": {"alpha": 0.8}}, check_files=False)
+Traceback (most recent call last):
+...
+privasr.errors.ConfigError: config key 'fmp': alpha + beta = 1.05 (expected alpha + beta <= 1: 1 - alpha - beta is the background's weight)
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,175 +88,287 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.config import Context, check_int, check_number, from_mapping, setting, to_dict, unknown_keys
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
+from privasr.experiments.rescore import SplitSettings
+from privasr.federated.algorithms.fmp import REFRESH, SEND, FmpConfig
 from privasr.federated.algorithms.fmp_data import background_unigram, build_clients, dp_settings
+from privasr.federated.sampling import FederationSettings
+from privasr.rescore.lms import LMSettings
+from privasr.rescore.search import SearchSettings
 
-__all__ = ["FmpRunConfig", "load_fmp_config", "run_fmp", "simulate", "nnlm_normalizer"]
+__all__ = ["FmpRunConfig", "FmpDataSettings", "ClientSettings", "FmpCombineSettings", "FmpSearchSettings",
+           "FmpSettings", "DpSettings", "HyperRow", "TablesSettings", "FmpEvalSettings", "load_fmp_config",
+           "run_fmp", "simulate", "nnlm_normalizer"]
 
-_TOP = ("name", "seed", "data", "clients", "nnlm", "background", "cache_dir", "combine", "search", "oracle_cache",
-        "fmp", "lam_grid", "lam2_grid", "bigram_prior", "normalize", "dp", "federated", "tables", "eval")
-_FMP_KEYS = ("alpha", "beta", "sigma", "smoothing", "refresh", "send", "rounds", "qbar_threshold", "order", "beta2",
-             "smoothing2")
-_DP_KEYS = ("epsilon", "unit", "cap", "accountant", "delta", "threshold_sd")
-_TABLE_KEYS = ("rounds", "hyper", "epsilon", "bigram")
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def _as_list(value: Any) -> Any:
+    """A single number stands for a one-value list (``lam_grid: 0.5``)."""
+    return value if value is None or isinstance(value, list | tuple) else [value]
+
+
+@dataclass(frozen=True)
+class FmpDataSettings:
+    """``data``: dev + test N-best sets, or one set split into dev and test by key (default speaker, even)."""
+
+    dev: Path | None = setting(None, exists="file")
+    test: Path | None = setting(None, exists="file")
+    nbest: Path | None = setting(None, exists="file")
+    split: SplitSettings | None = None
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """Either ``{dev, test}`` or ``{nbest, split}`` (checked before any file is looked at)."""
+        if isinstance(value, Mapping):
+            unknown_keys(value, [f.name for f in dataclasses.fields(cls)], where)
+            if "nbest" in value and ("dev" in value or "test" in value):
+                raise ConfigError("config key 'data' has nbest and dev/test", expected="either {dev, test} or "
+                                                                                "{nbest, split: {key, dev}}")
+        return value
+
+    def __config_check__(self, where: str, ctx: Context) -> FmpDataSettings:
+        if self.nbest is not None:
+            return self if self.split is not None else dataclasses.replace(self, split=SplitSettings())
+        if self.dev is None or self.test is None:
+            raise ConfigError("config key 'data' needs dev and test (or nbest and split)",
+                              expected="{dev: PATH, test: PATH} or {nbest: PATH, split: {key: speaker, dev: even}}")
+        return self
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """``clients``: what a client is (``client``: a meeting; ``speaker``: meeting + speaker)."""
+
+    key: str = setting("client", choices=("client", "speaker"))
+
+
+@dataclass(frozen=True)
+class FmpCombineSettings:
+    """``combine``: the baseline's prior and whether the first-pass LM score is combined."""
+
+    prior: str = setting("am", choices=("am", "rank", "uniform"))
+    first_pass_lm: bool = True
+
+
+@dataclass(frozen=True)
+class FmpSearchSettings:
+    """``search``: coordinate descent of the baseline's weights on dev (:class:`SearchSettings` with FMP's limits)."""
+
+    ranges: dict[str, Any] = field(default_factory=dict)
+    max_rounds: int = setting(20, min=1)
+    coarse_points: int = setting(7, min=2)
+    restarts: int = setting(3, min=0)
+
+    def __config_check__(self, where: str, ctx: Context) -> FmpSearchSettings:
+        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
+        return dataclasses.replace(self, ranges=ranges)
+
+    def settings(self) -> SearchSettings:
+        """The :class:`~privasr.rescore.search.SearchSettings` these stand for (always coordinate descent)."""
+        return SearchSettings(method="coordinate", ranges=dict(self.ranges), max_rounds=self.max_rounds,
+                              coarse_points=self.coarse_points, restarts=self.restarts)
+
+
+_ALGORITHM_KEYS = ("alpha", "beta", "sigma", "smoothing", "refresh", "send", "order", "beta2", "smoothing2")
+
+
+@dataclass(frozen=True)
+class FmpSettings:
+    """``fmp``: the algorithm's settings (:class:`~privasr.federated.algorithms.fmp.FmpConfig`, defaults from it)
+    and the number of rounds ``T`` (the clients' utterances are split into ``T + 1`` groups).
+
+    ``qbar_threshold: null`` leaves it to the run: 0, or with ``dp`` the threshold of
+    :func:`~privasr.federated.algorithms.fmp_data.dp_settings`.
+    """
+
+    alpha: float = setting(FmpConfig.alpha, min=0.0)
+    beta: float = setting(FmpConfig.beta, min=0.0)
+    sigma: float = setting(FmpConfig.sigma, gt=0.0)
+    smoothing: float = setting(FmpConfig.smoothing, min=0.0)
+    refresh: str = setting(FmpConfig.refresh, choices=REFRESH)
+    send: str = setting(FmpConfig.send, choices=SEND)
+    rounds: int = setting(10, min=0)
+    qbar_threshold: float | None = setting(None, min=0.0)
+    order: int = setting(FmpConfig.order, min=1, max=2)
+    beta2: float = setting(FmpConfig.beta2, min=0.0, max=1.0)
+    smoothing2: float = setting(FmpConfig.smoothing2, min=0.0)
+
+    def params(self) -> dict[str, Any]:
+        """The :class:`FmpConfig` keys (all but ``rounds``; ``qbar_threshold`` only when set)."""
+        out = {k: getattr(self, k) for k in _ALGORITHM_KEYS}
+        if self.qbar_threshold is not None:
+            out["qbar_threshold"] = self.qbar_threshold
+        return out
+
+    def check(self, where: str, extra: Mapping[str, Any] | None = None) -> None:
+        """:class:`FmpConfig` accepts these settings (with ``extra`` on top); errors name ``where``."""
+        try:
+            FmpConfig.from_dict({**self.params(), **(extra or {}), "lam": 1.0})
+        except ConfigError as e:
+            raise ConfigError(f"config key {where!r}: {e.message}", expected=e.expected) from None
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        self.check(where)
+
+
+@dataclass(frozen=True)
+class DpSettings:
+    """``dp``: the Laplace mechanism on the summed counts and its accountant (``epsilon`` required)."""
+
+    epsilon: float | None = setting(None, min=1e-9)
+    unit: str = setting("utterance", choices=("utterance", "user"))
+    cap: float = setting(1.0, min=1e-12)
+    accountant: str = setting("pld", choices=("pld", "rdp"))
+    delta: float = setting(1e-5, min=0.0)
+    threshold_sd: float = setting(3.0, min=0.0)
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        if self.epsilon is None:
+            raise ConfigError("config key 'dp' needs epsilon", expected="{epsilon: 1.0, unit: utterance}")
+
+
+@dataclass(frozen=True)
+class HyperRow:
+    """A ``tables.hyper`` row: FMP's ``alpha``, ``beta``, ``sigma`` for that row (others from ``fmp``)."""
+
+    alpha: float | None = setting(None, min=0.0)
+    beta: float | None = setting(None, min=0.0)
+    sigma: float | None = setting(None, gt=0.0)
+
+    def params(self) -> dict[str, float]:
+        """The values the row sets."""
+        return {k: v for k in ("alpha", "beta", "sigma") if (v := getattr(self, k)) is not None}
+
+    def __config_dict__(self) -> dict[str, float]:
+        return self.params()
+
+
+@dataclass(frozen=True)
+class TablesSettings:
+    """``tables``: the test re-runs of paper Tables 2-4 (rounds T, alpha/beta/sigma, epsilon) and personal bigrams."""
+
+    rounds: tuple[int, ...] | None = None
+    hyper: tuple[HyperRow, ...] | None = None
+    epsilon: tuple[float, ...] | None = None
+    bigram: tuple[int, ...] | None = None
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """``null`` lists are empty tables; one epsilon stands for a list."""
+        if not isinstance(value, Mapping):
+            return value
+        d = dict(value)
+        for k in ("rounds", "hyper", "bigram"):
+            if k in d and d[k] is None:
+                d[k] = []
+        if "hyper" in d and not isinstance(d["hyper"], list | tuple):
+            raise ConfigError("config key 'tables.hyper' must be a list", expected="[{alpha: .., beta: .., sigma: ..}]")
+        if "epsilon" in d:
+            if d["epsilon"] is None:
+                raise ConfigError("config key 'tables.epsilon' holds None", expected="finite numbers >= 1e-09")
+            d["epsilon"] = _as_list(d["epsilon"])
+        return d
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        for k in ("rounds", "bigram"):
+            for i, t in enumerate(getattr(self, k) or ()):
+                check_int(t, f"{where}.{k}[{i}]", 0)
+        if self.epsilon is not None:
+            _check_grid(self.epsilon, f"{where}.epsilon", 1e-9)
+
+    def wanted(self) -> bool:
+        """Whether any table is asked for."""
+        return any(getattr(self, k) is not None for k in ("rounds", "hyper", "epsilon", "bigram"))
+
+
+@dataclass(frozen=True)
+class FmpEvalSettings:
+    """``eval``: the paired bootstrap's resamples."""
+
+    bootstrap_resamples: int = setting(1000, min=1)
+
+
+def _check_grid(values: Sequence[float], where: str, lo: float) -> None:
+    if not values:
+        raise ConfigError(f"config key {where!r} is empty", expected="at least one value")
+    for i, x in enumerate(values):
+        check_number(x, f"{where}[{i}]", lo)
 
 
 @dataclass(frozen=True)
 class FmpRunConfig:
-    """A validated FMP experiment config (:func:`load_fmp_config`); ``raw`` is the resolved dict."""
+    """An FMP experiment config (module docstring): validated by :func:`load_fmp_config`.
 
-    name: str
-    seed: int
-    dev: Path | None
-    test: Path | None
-    nbest: Path | None
-    split: tuple[str, str] | None
-    prior: str
-    first_pass_lm: bool
-    client_key: str
-    nnlm: Any
-    cache_dir: Path | None
-    search: Any
-    fmp: dict[str, Any]
-    rounds: int
-    lam_grid: tuple[float, ...]
-    dp: dict[str, Any] | None
-    backend: str
-    backend_options: dict[str, Any]
-    sampler: Any
-    min_clients: int
-    tables: dict[str, Any]
-    bootstrap_resamples: int
-    raw: Mapping[str, Any] = field(repr=False)
+    ``data`` and ``nnlm`` are required (never ``None`` once loaded).
+    """
+
+    name: str = "fmp"
+    seed: int = setting(0, min=0)
+    data: FmpDataSettings | None = None
+    clients: ClientSettings = field(default_factory=ClientSettings)
+    nnlm: LMSettings | None = None
+    background: str | None = None
+    cache_dir: Path | None = None
+    combine: FmpCombineSettings = field(default_factory=FmpCombineSettings)
+    search: FmpSearchSettings = field(default_factory=FmpSearchSettings)
     oracle_cache: bool = False
+    fmp: FmpSettings = field(default_factory=FmpSettings)
+    lam_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
     lam2_grid: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
-    bigram_prior: float = 10.0
+    bigram_prior: float = setting(10.0, min=1e-12)
     normalize: bool = False
+    dp: DpSettings | None = None
+    federated: FederationSettings = field(default_factory=FederationSettings)
+    tables: TablesSettings = field(default_factory=TablesSettings)
+    eval: FmpEvalSettings = field(default_factory=FmpEvalSettings)
 
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """One number stands for a one-value ``lam_grid`` / ``lam2_grid``."""
+        if not isinstance(value, Mapping):
+            return value
+        return {k: _as_list(v) if k in ("lam_grid", "lam2_grid") else v for k, v in value.items()}
 
-def _floats(v: Any, where: str, lo: float | None = None) -> tuple[float, ...]:
-    vals = v if isinstance(v, list | tuple) else [v]
-    out = []
-    for x in vals:
-        if isinstance(x, bool) or not isinstance(x, int | float) or not np.isfinite(x) or (lo is not None and x < lo):
-            raise ConfigError(f"config key {where!r} holds {x!r}", expected="finite numbers" +
-                              (f" >= {lo}" if lo is not None else ""))
-        out.append(float(x))
-    if not out:
-        raise ConfigError(f"config key {where!r} is empty", expected="at least one value")
-    return tuple(out)
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        if self.data is None:
+            raise ConfigError("config key 'data' needs dev and test (or nbest and split)",
+                              expected="{dev: PATH, test: PATH} or {nbest: PATH, split: {key: speaker, dev: even}}")
+        if self.nnlm is None:
+            raise ConfigError("config key 'nnlm' is missing",
+                              expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
+        if self.nnlm.neural is None:
+            raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
+        _check_grid(self.lam_grid, "lam_grid", 0.0)
+        _check_grid(self.lam2_grid, "lam2_grid", 0.0)
+        for k, h in enumerate(self.tables.hyper or ()):
+            self.fmp.check(f"tables.hyper[{k}]", h.params())
+        if self.normalize and self.oracle_cache:
+            raise ConfigError("config keys 'normalize' and 'oracle_cache' cannot both be true",
+                              expected="the exactly normalised variant on the decoded lists only")
+
+    def dp_mapping(self) -> dict[str, Any] | None:
+        """The ``dp`` section as the mapping :func:`simulate` takes (``None`` without DP)."""
+        return None if self.dp is None else to_dict(self.dp)
 
 
 def load_fmp_config(config: Mapping[str, Any], *, check_files: bool = True) -> FmpRunConfig:
-    """Validate an FMP config (see ``configs/fmp-ami.yaml``) before any work starts; unknown keys are errors."""
-    from privasr.federated.algorithms.fmp import FmpConfig
-    from privasr.rescore.run import (
-        SearchConfig,
-        _int,
-        _mapping,
-        _path,
-        _ranges,
-        _str,
-        expand_vars,
-        federation_settings,
-        server_nnlm,
-    )
-
-    raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
-    name = _str(raw.get("name", "fmp"), "name")
-    seed = _int(raw.get("seed", 0), "seed", 0)
-    data = _mapping(raw.get("data"), "data", ("dev", "test", "nbest", "split"))
-    dev = test = nbest = None
-    split = None
-    if "nbest" in data:
-        if "dev" in data or "test" in data:
-            raise ConfigError("config key 'data' has nbest and dev/test", expected="either {dev, test} or "
-                                                                            "{nbest, split: {key, dev}}")
-        nbest = _path(expand_vars(str(data["nbest"])), "data.nbest", check_files)
-        sp = _mapping(data.get("split", {}), "data.split", ("key", "dev"))
-        split = (_str(sp.get("key", "speaker"), "data.split.key", ("speaker", "client")),
-                 _str(sp.get("dev", "even"), "data.split.dev", ("even", "odd")))
-    elif "dev" in data and "test" in data:
-        dev = _path(expand_vars(str(data["dev"])), "data.dev", check_files)
-        test = _path(expand_vars(str(data["test"])), "data.test", check_files)
-    else:
-        raise ConfigError("config key 'data' needs dev and test (or nbest and split)",
-                          expected="{dev: PATH, test: PATH} or {nbest: PATH, split: {key: speaker, dev: even}}")
-    comb = _mapping(raw.get("combine", {}), "combine", ("prior", "first_pass_lm"))
-    prior = _str(comb.get("prior", "am"), "combine.prior", ("am", "rank", "uniform"))
-    fpl = comb.get("first_pass_lm", True)
-    if not isinstance(fpl, bool):
-        raise ConfigError(f"config key 'combine.first_pass_lm' is {fpl!r}", expected="true or false")
-    clients = _mapping(raw.get("clients", {}), "clients", ("key",))
-    key = _str(clients.get("key", "client"), "clients.key", ("client", "speaker"))
-    nnlm, cache_dir = server_nnlm(raw, check_files)
-    s = _mapping(raw.get("search", {}), "search", ("ranges", "max_rounds", "coarse_points", "restarts"))
-    search = SearchConfig(method="coordinate", ranges=_ranges(s.get("ranges", {})),
-                          max_rounds=_int(s.get("max_rounds", 20), "search.max_rounds", 1),
-                          coarse_points=_int(s.get("coarse_points", 7), "search.coarse_points", 2),
-                          restarts=_int(s.get("restarts", 3), "search.restarts", 0))
-    f = _mapping(raw.get("fmp", {}), "fmp", _FMP_KEYS)
-    rounds = _int(f.pop("rounds", 10), "fmp.rounds", 0)
-    try:
-        FmpConfig.from_dict({**f, "lam": 1.0})
-    except ConfigError as e:
-        raise ConfigError(f"config key 'fmp': {e.message}", expected=e.expected) from None
-    lam_grid = _floats(raw.get("lam_grid", [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0]), "lam_grid", 0.0)
-    dp = None
-    if raw.get("dp") is not None:
-        dp = _mapping(raw["dp"], "dp", _DP_KEYS)
-        dp["epsilon"] = _floats(dp.get("epsilon"), "dp.epsilon", 1e-9)[0] if "epsilon" in dp else None
-        if dp["epsilon"] is None:
-            raise ConfigError("config key 'dp' needs epsilon", expected="{epsilon: 1.0, unit: utterance}")
-        dp["unit"] = _str(dp.get("unit", "utterance"), "dp.unit", ("utterance", "user"))
-        dp["cap"] = _floats(dp.get("cap", 1.0), "dp.cap", 1e-12)[0]
-        dp["accountant"] = _str(dp.get("accountant", "pld"), "dp.accountant", ("pld", "rdp"))
-        dp["delta"] = _floats(dp.get("delta", 1e-5), "dp.delta", 0.0)[0]
-        dp["threshold_sd"] = _floats(dp.get("threshold_sd", 3.0), "dp.threshold_sd", 0.0)[0]
-    backend, backend_options, sampler, min_clients = federation_settings(raw)
-    t = _mapping(raw.get("tables", {}), "tables", _TABLE_KEYS)
-    tables: dict[str, Any] = {}
-    if "rounds" in t:
-        tables["rounds"] = [_int(x, "tables.rounds", 0) for x in (t["rounds"] or [])]
-    if "hyper" in t:
-        hyper = t["hyper"] or []
-        if not isinstance(hyper, list):
-            raise ConfigError("config key 'tables.hyper' must be a list", expected="[{alpha: .., beta: .., sigma: ..}]")
-        for k, h in enumerate(hyper):
-            hm = _mapping(h, f"tables.hyper[{k}]", ("alpha", "beta", "sigma"))
-            try:
-                FmpConfig.from_dict({**f, **hm, "lam": 1.0})
-            except ConfigError as e:
-                raise ConfigError(f"config key 'tables.hyper[{k}]': {e.message}", expected=e.expected) from None
-        tables["hyper"] = hyper
-    if "epsilon" in t:
-        tables["epsilon"] = list(_floats(t["epsilon"], "tables.epsilon", 1e-9))
-    if "bigram" in t:
-        tables["bigram"] = [_int(x, "tables.bigram", 0) for x in (t["bigram"] or [])]
-    lam2_grid = _floats(raw.get("lam2_grid", [0.0, 0.1, 0.25, 0.5, 1.0, 2.0]), "lam2_grid", 0.0)
-    bigram_prior = _floats(raw.get("bigram_prior", 10.0), "bigram_prior", 1e-12)[0]
-    ev = _mapping(raw.get("eval", {}), "eval", ("bootstrap_resamples",))
-    resamples = _int(ev.get("bootstrap_resamples", 1000), "eval.bootstrap_resamples", 1)
-    oracle = raw.get("oracle_cache", False)
-    if not isinstance(oracle, bool):
-        raise ConfigError(f"config key 'oracle_cache' is {oracle!r}", expected="true or false")
-    normalize = raw.get("normalize", False)
-    if not isinstance(normalize, bool):
-        raise ConfigError(f"config key 'normalize' is {normalize!r}", expected="true or false")
-    if normalize and oracle:
-        raise ConfigError("config keys 'normalize' and 'oracle_cache' cannot both be true",
-                          expected="the exactly normalised variant on the decoded lists only")
-    return FmpRunConfig(name, seed, dev, test, nbest, split, prior, fpl, key, nnlm, cache_dir, search, f, rounds,
-                        lam_grid, dp, backend, backend_options, sampler, min_clients, tables, resamples, raw, oracle,
-                        lam2_grid, bigram_prior, normalize)
+    """Validate an FMP config (module docstring; see ``configs/fmp-ami.yaml``) before any work starts; unknown
+    keys, wrong types and bad values are errors naming the key path; with ``check_files`` every input must exist."""
+    return from_mapping(FmpRunConfig, config, "", Context(check_files))
 
 
-# ------------------------------------------------------------------------------------------- building blocks
+# ---------------------------------------------------------------------------------------------- stages
 
 
 @dataclass
 class _Prepared:
+    """What the FMP simulations need: the N-best sets, the NNLM's vocabulary and ``u(w)``, the tuned baseline's
+    total scores (flat, with per-utterance offsets) and dev hypothesis errors, and the optional bigram."""
+
     dev: list[NBest]
     test: list[NBest]
     vocab: Any
@@ -233,25 +393,37 @@ class _Prepared:
         return 1.0
 
 
-def _prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
-    from privasr.corpus.sources import load_text
-    from privasr.rescore.combine import Combination, LMScoreCache, score_table
-    from privasr.rescore.run import _load_nbest, build_lm, build_space, split_by_key
-    from privasr.rescore.search import DevObjective, tune
+@dataclass
+class _Tuned:
+    """The dev-tuned FMP settings: ``lam`` (and ``lam2`` in ``fmp``), their dev traces, the round-0 shift."""
 
-    info: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    if cfg.nbest is not None:
-        assert cfg.split is not None
-        dev, test, dev_keys, test_keys = split_by_key(_load_nbest(cfg.nbest, None), *cfg.split)
-        info["split"] = {"key": cfg.split[0], "dev": dev_keys, "test": test_keys}
+    lam: float
+    lam_trace: list[dict[str, Any]]
+    lam2_trace: list[dict[str, Any]]
+    fmp: dict[str, Any]
+    shift: int
+    seconds: float
+
+
+def load_data(cfg: FmpRunConfig, info: dict[str, Any]) -> tuple[list[NBest], list[NBest]]:
+    """Stage 1: the dev and test N-best sets (or one set split by key, recorded in ``info["split"]``), each
+    utterance with a reference and the first-pass scores the combination needs."""
+    from privasr.corpus.load import load_nbest
+    from privasr.corpus.partition import split_by_key
+
+    d = cfg.data
+    assert d is not None
+    if d.nbest is not None:
+        assert d.split is not None
+        dev, test, dev_keys, test_keys = split_by_key(load_nbest(d.nbest, None), d.split.key, d.split.dev)
+        info["split"] = {"key": d.split.key, "dev": dev_keys, "test": test_keys}
         if not dev or not test:
-            raise InputError(f"the {cfg.split[0]} split leaves an empty dev or test set", path=cfg.nbest)
+            raise InputError(f"the {d.split.key} split leaves an empty dev or test set", path=d.nbest)
     else:
-        assert cfg.dev is not None and cfg.test is not None
-        dev = _load_nbest(cfg.dev, None)
-        test = _load_nbest(cfg.test, None)
-    needed = (["am"] if cfg.prior == "am" else []) + (["lm"] if cfg.first_pass_lm else [])
+        assert d.dev is not None and d.test is not None
+        dev = load_nbest(d.dev, None)
+        test = load_nbest(d.test, None)
+    needed = (["am"] if cfg.combine.prior == "am" else []) + (["lm"] if cfg.combine.first_pass_lm else [])
     for name, recs in (("dev", dev), ("test", test)):
         for nb in recs:
             if nb.ref is None:
@@ -261,15 +433,38 @@ def _prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
                 raise InputError(f"{name} utterance {nb.utt_id} has a hypothesis without {'/'.join(needed)} scores",
                                  expected="those first-pass scores on every hypothesis, or combine.prior: rank "
                                           "and combine.first_pass_lm: false for rank-only lists")
+    return dev, test
+
+
+def background_text(cfg: FmpRunConfig) -> str:
+    """The text source of ``u(w)`` and the background bigram: ``background``, else the NNLM's training text,
+    else ``generic-train``."""
+    assert cfg.nnlm is not None and cfg.nnlm.neural is not None
+    train = cfg.nnlm.neural.train
+    return cfg.background or (train.text if train is not None else "generic-train")
+
+
+def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
+    """Stages 1-3: load the data, build the NNLM (:func:`privasr.rescore.lms.build_lm`), estimate ``u(w)``,
+    score both sets with the NNLM and tune the baseline's weights on dev; the background bigram when the run or
+    a table uses personal bigrams. Timings go into ``info``."""
+    from privasr.corpus.sources import load_text
+    from privasr.rescore.combine import Combination, LMScoreCache, score_table
+    from privasr.rescore.lms import build_lm
+    from privasr.rescore.search import DevObjective, build_space, tune_with
+
+    assert cfg.nnlm is not None
+    info: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    dev, test = load_data(cfg, info)
     info["load_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache_dir = cfg.cache_dir if cfg.cache_dir is not None else out / "lm"
-    lm, lm_info = build_lm(cfg.nnlm, cache_dir)
+    lm, lm_info = build_lm(cfg.nnlm.spec("nnlm"), cache_dir)
     info["nnlm"] = lm_info
     info["nnlm_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    train = cfg.nnlm.neural.get("train")
-    text_src = cfg.raw.get("background") or (train["text"] if train else "generic-train")
+    text_src = background_text(cfg)
     u = background_unigram(load_text(text_src), lm.vocab)
     info["background_text"] = text_src
     cache = LMScoreCache(lm)
@@ -277,16 +472,16 @@ def _prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     test_table = score_table(test, {"nnlm": cache})
     info["score_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    comb = Combination(prior=cfg.prior, lms=(("lm",) if cfg.first_pass_lm else ()) + ("nnlm",))
-    space = build_space(comb, cfg.search)
-    res = tune(dev, dev_table, comb, space, method="coordinate", max_rounds=cfg.search.max_rounds,
-               coarse_points=cfg.search.coarse_points, restarts=cfg.search.restarts)
+    comb = Combination(prior=cfg.combine.prior, lms=(("lm",) if cfg.combine.first_pass_lm else ()) + ("nnlm",))
+    search = cfg.search.settings()
+    res = tune_with(search, comb, build_space(comb, search), dev, dev_table)
+    assert res is not None
     info["tune_s"] = time.perf_counter() - t0
     info["dev_errors_baseline"] = res.errors
     info["dev_errors_first_pass"] = res.baseline_errors
     obj = DevObjective.from_nbests(dev, dev_table)
     bigram = None
-    if cfg.fmp.get("order", 1) == 2 or "bigram" in cfg.tables:
+    if cfg.fmp.order == 2 or cfg.tables.bigram is not None:
         from privasr.federated.algorithms.fmp import BackgroundBigram
 
         unk = lm.vocab.unk_id
@@ -381,60 +576,57 @@ def _select(totals: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.array([int(np.argmax(totals[offsets[k]:offsets[k + 1]])) for k in range(len(offsets) - 1)])
 
 
-# ------------------------------------------------------------------------------------------------- the run
-
-
-def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run a validated FMP config; write ``out/results.json`` and ``out/report.md``; return the metrics."""
-    from privasr.federated.backends import make_backend
-    from privasr.metrics import mapsswe, paired_bootstrap, wer, word_hit_changes
-    from privasr.results import write_results
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    p = _prepare(cfg, out)
-    bw = p.bias_weight
+def tune_lam(cfg: FmpRunConfig, p: _Prepared, dev_clients: Sequence[Any], norm: Any) -> _Tuned:
+    """Stage 4: ``lam`` on the dev clients (no DP: the tuning set stands for a small, consented validation set),
+    then ``lam2`` with ``lam`` fixed when the run or a table uses personal bigrams. Ties go to the smaller value."""
     oc = cfg.oracle_cache
     shift = 1 if oc else 0
-    fmp_cfg = {**cfg.fmp, "sigma": 0.1} if oc else cfg.fmp
-    dev_clients = build_clients(p.dev, p.dev_totals, p.dev_offsets, p.vocab, cfg.client_key, cfg.rounds, bw, oc)
-    test_clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.client_key, cfg.rounds, bw, oc)
-
-    norm = nnlm_normalizer(p.lm, [*p.dev, *p.test]) if cfg.normalize else None
-    # lam on dev (no DP: the tuning set stands for a small, consented validation set)
+    fmp_cfg = {**cfg.fmp.params(), "sigma": 0.1} if oc else cfg.fmp.params()
+    rounds = cfg.fmp.rounds
     t0 = time.perf_counter()
     lam_trace = []
     for lam in cfg.lam_grid:
-        chosen, _, _ = simulate(dev_clients, p.u, {**fmp_cfg, "order": 1}, lam, cfg.rounds, seed=cfg.seed,
+        chosen, _, _ = simulate(dev_clients, p.u, {**fmp_cfg, "order": 1}, lam, rounds, seed=cfg.seed,
                                 shift=shift, normalizer=norm)
         lam_trace.append({"lam": lam, "dev_errors": _errors(chosen, p.dev, p.dev_offsets, p.dev_hyp_errors)})
     best = min(lam_trace, key=lambda r: (r["dev_errors"], r["lam"]))
     lam = best["lam"]
-    # lam2 (personal bigrams) on dev with lam fixed, when the run or a table uses them
     lam2_trace: list[dict[str, Any]] = []
     if p.bigram is not None:
         for lam2 in cfg.lam2_grid:
-            chosen, _, _ = simulate(dev_clients, p.u, {**fmp_cfg, "order": 2, "lam2": lam2}, lam, cfg.rounds,
+            chosen, _, _ = simulate(dev_clients, p.u, {**fmp_cfg, "order": 2, "lam2": lam2}, lam, rounds,
                                     seed=cfg.seed, shift=shift, bigram=p.bigram, normalizer=norm)
             lam2_trace.append({"lam2": lam2, "dev_errors": _errors(chosen, p.dev, p.dev_offsets, p.dev_hyp_errors)})
         lam2 = min(lam2_trace, key=lambda r: (r["dev_errors"], r["lam2"]))["lam2"]
         fmp_cfg = {**fmp_cfg, "lam2": lam2}
-    tune_s = time.perf_counter() - t0
+    return _Tuned(lam, lam_trace, lam2_trace, fmp_cfg, shift, time.perf_counter() - t0)
 
-    # test
-    t0 = time.perf_counter()
-    backend = make_backend(cfg.backend, **cfg.backend_options) if cfg.backend != "flower" else "flower"
+
+def run_test(cfg: FmpRunConfig, p: _Prepared, test_clients: Sequence[Any], tuned: _Tuned, norm: Any,
+             out: Path) -> tuple[dict[str, int], list[Any], dict[str, Any]]:
+    """Stage 5: FMP on the test clients with the dev-tuned settings, DP and the configured backend and sampler
+    (:func:`simulate`)."""
+    from privasr.federated.backends import make_backend
+
+    fed = cfg.federated
+    backend = make_backend(fed.backend, **fed.backend_options) if fed.backend != "flower" else "flower"
     try:
-        chosen, history, priv = simulate(test_clients, p.u, fmp_cfg, lam, cfg.rounds, seed=cfg.seed, dp=cfg.dp,
-                                         sampler=cfg.sampler, backend=backend, min_clients=cfg.min_clients,
-                                         checkpoint_dir=out / "checkpoint",
-                                         flower_options=cfg.backend_options, shift=shift, bigram=p.bigram,
-                                         normalizer=norm)
+        return simulate(test_clients, p.u, tuned.fmp, tuned.lam, cfg.fmp.rounds, seed=cfg.seed, dp=cfg.dp_mapping(),
+                        sampler=fed.make_sampler(), backend=backend, min_clients=fed.min_clients,
+                        checkpoint_dir=out / "checkpoint", flower_options=fed.backend_options, shift=tuned.shift,
+                        bigram=p.bigram, normalizer=norm)
     finally:
         if backend != "flower":
             backend.close()
-    fmp_s = time.perf_counter() - t0
+
+
+def evaluate(cfg: FmpRunConfig, p: _Prepared, tuned: _Tuned, chosen: Mapping[str, int], n_clients: tuple[int, int]
+             ) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
+    """Stage 6: test WER of FMP, the baseline and the first pass; MAPSSWE and a paired bootstrap against the
+    baseline; which reference words changed. ``n_clients`` is ``(dev, test)``. Returns the metrics and the
+    baseline's test words."""
+    from privasr.metrics import mapsswe, paired_bootstrap, wer, word_hit_changes
+
     refs = [nb.ref for nb in p.test]
     ids = [nb.utt_id for nb in p.test]
     base_choice = _select(p.test_totals, p.test_offsets)
@@ -445,45 +637,78 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     w_first = wer(refs, [nb.best.words for nb in p.test])
     mp = mapsswe(refs, fmp_words, base_words, ids=ids)
     bs = paired_bootstrap(w_new.utt_errors, w_base.utt_errors, w_new.utt_ref_words, seed=cfg.seed,
-                          resamples=cfg.bootstrap_resamples)
+                          resamples=cfg.eval.bootstrap_resamples)
     metrics: dict[str, Any] = {
         "wer": w_new.wer, "wer_baseline": w_base.wer,
         "wer_rel_change": (w_new.wer - w_base.wer) / w_base.wer if w_base.wer else 0.0,
         "mapsswe_p": mp.p, "mapsswe_z": mp.z, "mapsswe_better": {"A": "fmp", "B": "baseline", "same": "same"}[mp.better],
-        "rounds": cfg.rounds, "lam": lam, "wer_first_pass": w_first.wer,
+        "rounds": cfg.fmp.rounds, "lam": tuned.lam, "wer_first_pass": w_first.wer,
         "bootstrap_ci_low": bs.ci_low, "bootstrap_ci_high": bs.ci_high,
         "bootstrap_prob_improvement": bs.prob_a_better,
-        "test_utterances": len(p.test), "test_clients": len(test_clients), "dev_clients": len(dev_clients),
+        "test_utterances": len(p.test), "test_clients": n_clients[1], "dev_clients": n_clients[0],
         "changed_vs_baseline": int(sum(a != b for a, b in zip(fmp_words, base_words, strict=True))),
-        "weights_baseline": p.weights, "lam_trace": lam_trace, "fmp_score_weight": p.bias_weight,
-        "oracle_cache": cfg.oracle_cache, "order": int(cfg.fmp.get("order", 1)), "normalized": cfg.normalize,
+        "weights_baseline": p.weights, "lam_trace": tuned.lam_trace, "fmp_score_weight": p.bias_weight,
+        "oracle_cache": cfg.oracle_cache, "order": cfg.fmp.order, "normalized": cfg.normalize,
         # which reference words FMP gets right more / less often than the baseline (what the WER change is made of)
         "word_changes": word_hit_changes(refs, fmp_words, base_words).to_dict(),
     }
-    if lam2_trace:
-        metrics.update(lam2=fmp_cfg["lam2"], lam2_trace=lam2_trace)
+    if tuned.lam2_trace:
+        metrics.update(lam2=tuned.fmp["lam2"], lam2_trace=tuned.lam2_trace)
+    return metrics, base_words
+
+
+def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run a validated FMP config; write ``out/results.json`` and ``out/report.md``; return the metrics.
+
+    The stages: :func:`prepare` (data, NNLM, ``u(w)``, the tuned baseline), the clients of both sets
+    (:func:`~privasr.federated.algorithms.fmp_data.build_clients`), :func:`tune_lam` on dev, :func:`run_test`,
+    :func:`evaluate`, the optional :func:`run_tables`, then the results and the report.
+    """
+    from privasr.results import write_results
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    p = prepare(cfg, out)
+    key, rounds, bw, oc = cfg.clients.key, cfg.fmp.rounds, p.bias_weight, cfg.oracle_cache
+    dev_clients = build_clients(p.dev, p.dev_totals, p.dev_offsets, p.vocab, key, rounds, bw, oc)
+    test_clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, key, rounds, bw, oc)
+    norm = nnlm_normalizer(p.lm, [*p.dev, *p.test]) if cfg.normalize else None
+    tuned = tune_lam(cfg, p, dev_clients, norm)
+    t0 = time.perf_counter()
+    chosen, history, priv = run_test(cfg, p, test_clients, tuned, norm, out)
+    fmp_s = time.perf_counter() - t0
+    metrics, base_words = evaluate(cfg, p, tuned, chosen, (len(dev_clients), len(test_clients)))
     metrics.update(priv)
-    tables: dict[str, Any] = {}
-    if cfg.tables:
+    tabs: dict[str, Any] = {}
+    if cfg.tables.wanted():
         t1 = time.perf_counter()
-        tables = _tables(cfg, p, lam, fmp_cfg.get("lam2"), refs, base_words, ids, norm)
+        tabs = run_tables(cfg, p, tuned.lam, tuned.fmp.get("lam2"), base_words, norm)
         metrics["tables_s"] = time.perf_counter() - t1
     metrics.update(nnlm_s=p.info["nnlm_s"], score_s=p.info["score_s"], tune_baseline_s=p.info["tune_s"],
-                   tune_lam_s=tune_s, fmp_s=fmp_s, total_s=time.perf_counter() - t_start)
-    data = {"nbest": cfg.nbest} if cfg.nbest is not None else {"dev": cfg.dev, "test": cfg.test}
-    extra = {"nnlm": p.info["nnlm"], "split": p.info.get("split"), "history": [h.to_dict() for h in history], "tables": tables,
-             "command": list(argv) if argv is not None else None}
-    write_results(out, config=dict(cfg.raw), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tables), encoding="utf-8")
+                   tune_lam_s=tuned.seconds, fmp_s=fmp_s, total_s=time.perf_counter() - t_start)
+    d = cfg.data
+    assert d is not None
+    data = {"nbest": d.nbest} if d.nbest is not None else {"dev": d.dev, "test": d.test}
+    extra = {"nnlm": p.info["nnlm"], "split": p.info.get("split"), "history": [h.to_dict() for h in history],
+             "tables": tabs, "command": list(argv) if argv is not None else None}
+    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
+    (out / "report.md").write_text(_report(cfg, metrics, tabs), encoding="utf-8")
     return metrics
 
 
-def _tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, refs: Any, base_words: Any,
-            ids: Any, norm: Any = None) -> dict[str, Any]:
+def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, base_words: Any,
+           norm: Any = None) -> dict[str, Any]:
+    """The optional tables (paper Tables 2-4 and personal bigrams): FMP re-run on test with the dev-tuned ``lam``
+    (and ``lam2``) for each number of rounds, hyper-parameter row, epsilon (DP) and bigram row; each row's test
+    WER and MAPSSWE p against the baseline's ``base_words``."""
     from privasr.metrics import mapsswe, wer
 
+    refs = [nb.ref for nb in p.test]
+    ids = [nb.utt_id for nb in p.test]
+
     def row(fmp: Mapping[str, Any], rounds: int, dp: Mapping[str, Any] | None) -> dict[str, Any]:
-        clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.client_key, rounds,
+        clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.clients.key, rounds,
                                 p.bias_weight, cfg.oracle_cache)
         fmp = {**fmp, "sigma": 0.1} if cfg.oracle_cache else fmp
         if lam2 is not None and "lam2" not in fmp:
@@ -495,20 +720,20 @@ def _tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, ref
         mp = mapsswe(refs, words, base_words, ids=ids)
         return {"wer": w, "mapsswe_p": mp.p, "better": mp.better, **priv}
 
-    tables: dict[str, Any] = {}
-    if "rounds" in cfg.tables:
-        tables["rounds"] = [{"T": t, **row(cfg.fmp, t, None)} for t in cfg.tables["rounds"]]
-    if "hyper" in cfg.tables:
-        tables["hyper"] = [{**h, **row({**cfg.fmp, **h}, cfg.rounds, None)} for h in cfg.tables["hyper"]]
-    if "bigram" in cfg.tables:
-        tables["bigram"] = [{"T": t, "lam2": lam2, **row({**cfg.fmp, "order": 2, "lam2": lam2}, t, None)}
-                            for t in cfg.tables["bigram"]]
-    if "epsilon" in cfg.tables:
-        base_dp = dict(cfg.dp or {"unit": "utterance", "cap": 1.0, "accountant": "pld", "delta": 1e-5,
-                                  "threshold_sd": 3.0})
-        tables["epsilon"] = [{"epsilon_target": e, **row(cfg.fmp, cfg.rounds, {**base_dp, "epsilon": e})}
-                             for e in cfg.tables["epsilon"]]
-    return tables
+    t, params, rounds = cfg.tables, cfg.fmp.params(), cfg.fmp.rounds
+    out: dict[str, Any] = {}
+    if t.rounds is not None:
+        out["rounds"] = [{"T": r, **row(params, r, None)} for r in t.rounds]
+    if t.hyper is not None:
+        out["hyper"] = [{**h.params(), **row({**params, **h.params()}, rounds, None)} for h in t.hyper]
+    if t.bigram is not None:
+        out["bigram"] = [{"T": r, "lam2": lam2, **row({**params, "order": 2, "lam2": lam2}, r, None)}
+                         for r in t.bigram]
+    if t.epsilon is not None:
+        base_dp = cfg.dp if cfg.dp is not None else DpSettings(epsilon=1.0)
+        out["epsilon"] = [{"epsilon_target": e, **row(params, rounds, to_dict(dataclasses.replace(base_dp, epsilon=e)))}
+                          for e in t.epsilon]
+    return out
 
 
 def _pct(x: float) -> str:
@@ -516,8 +741,8 @@ def _pct(x: float) -> str:
 
 
 def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
-    lines = [f"# {cfg.name}", "", f"privasr {__version__}, seed {cfg.seed}, clients by {cfg.client_key}, "
-             f"T = {cfg.rounds}, lam = {m['lam']:g} (tuned on dev)", "",
+    lines = [f"# {cfg.name}", "", f"privasr {__version__}, seed {cfg.seed}, clients by {cfg.clients.key}, "
+             f"T = {cfg.fmp.rounds}, lam = {m['lam']:g} (tuned on dev)", "",
              "| system | test WER |", "|---|---|",
              f"| first pass | {_pct(m['wer_first_pass'])} |",
              f"| generic NNLM rescoring (baseline) | {_pct(m['wer_baseline'])} |",
