@@ -55,12 +55,12 @@ def test_config_errors_name_the_key(over, match):
 
 
 def test_the_shipped_config_validates_and_keeps_its_contract():
-    from privasr.rescore.run import read_config
+    from privasr.config import read_config
 
     cfg = load_ftl_config(read_config(CONFIGS / "ftl-an4.yaml"))
-    assert cfg.client_key == "speaker" and cfg.ftl.weighting == "softmax"
+    assert cfg.clients.key == "speaker" and cfg.ftl.weighting == "softmax"
     assert cfg.ftl.server["name"] == "adam" and cfg.baseline.server["name"] in ("fedavg", "sgd")
-    assert cfg.baseline.weighting == "count" and cfg.data["kind"] == "an4"
+    assert cfg.baseline.weighting == "count" and cfg.data.kind == "an4"
 
 
 def test_the_baseline_is_plain_fedavg_whatever_the_system_adds():

@@ -37,153 +37,272 @@
    ``centralised.epochs`` Adam epochs.
 
 Only float32 parameter deltas with their unit counts and training losses cross to the server.
+
+:func:`run_ftl` is these stages in turn: :func:`prepare_data` (1, 2), :func:`train_seed_model` (3),
+:func:`federated_runs` (4, 5), :func:`centralised_rows` (6) and :func:`write_report`.
+
+Config (YAML; every key optional; the schema is :class:`FtlRunConfig`, read with :mod:`privasr.config`, so
+unknown keys, wrong types and bad values are errors naming the key path)::
+
+    name: ftl
+    seed: 0
+    data: {kind: an4, root: null, cmvn: speaker, seed_fraction: 0.5, valid_every: 10,
+           speakers: 16, utterances: 12, test_speakers: 4}   # the last three: kind synthetic only
+    units: char                       # or {sentencepiece: N}, N >= 8
+    model: {preset: small, ...}       # an AcousticConfig preset plus AcousticConfig fields
+    seed_model: {epochs: 10, lr: 0.001, batch_size: 16, select: last}   # select: last | best
+    clients: {key: speaker, groups: 7}                      # key: speaker | groups
+    rounds: 40
+    federated: {backend: local, backend_options: {}, sampler: {kind: with_replacement, n: 7}, min_clients: 1}
+    ftl: {...}                        # FtlConfig fields over {server: {name: adam, lr: 0.001},
+                                      #   weighting: softmax, temperature: 1.0, client_optimizer: {name: sgd, lr: 0.1}}
+    baseline: {...}                   # FtlConfig fields over ftl's and {server: fedavg, weighting: count,
+                                      #   temperature: 1.0, replay_steps: 0}
+    target_loss: auto                 # or a number
+    tables:
+      variants: [{name: NAME, clients: speaker | groups, ftl: {...}}]   # ftl: over the system's; clients: clients.key
+    centralised: null                 # or {epochs: N} (default seed_model.epochs): the centralised rows
+    eval: {method: greedy, beam: 8, head: auto}   # beam: beam search only; head: auto | attention | ctc | joint
+
+``ftl``, ``baseline`` and every row's ``ftl`` become :class:`~privasr.federated.algorithms.ftl.FtlConfig`\\ s whose
+temperature is 1.0 unless they weight by softmax (where alone it acts), so runs that differ only in an unused
+temperature share their checkpoints and cache keys. :func:`privasr.config.to_dict` of the config (every default
+filled in) is the ``config`` of results.json, and :func:`load_ftl_config` reads it back.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from privasr import __version__
+from privasr.asr.models import PRESETS, AcousticConfig
 from privasr.asr.synth_an4 import synthetic_corpus
+from privasr.config import (
+    Context,
+    check_mapping,
+    check_str,
+    from_mapping,
+    key_path,
+    setting,
+    to_dict,
+    unknown_keys,
+)
 from privasr.errors import ConfigError, InputError
+from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient, FtlConfig
+from privasr.federated.sampling import FederationSettings
 
-__all__ = ["FtlRunConfig", "load_ftl_config", "run_ftl", "split_speakers"]
+__all__ = ["FtlRunConfig", "DataSettings", "UnitsSettings", "SeedModelSettings", "ClientsSettings",
+           "FtlFederationSettings", "VariantSettings", "TablesSettings", "CentralisedSettings", "EvalSettings",
+           "load_ftl_config", "run_ftl", "split_speakers", "load_utterances", "prepare_data", "train_seed_model",
+           "federated_runs", "centralised_rows", "write_report"]
 
-_TOP = ("name", "seed", "data", "units", "model", "seed_model", "clients", "rounds", "federated", "ftl",
-        "baseline", "target_loss", "tables", "centralised", "eval")
 _BASELINE = {"server": "fedavg", "weighting": "count", "temperature": 1.0, "replay_steps": 0}
 _DEFAULT_FTL = {"server": {"name": "adam", "lr": 0.001}, "weighting": "softmax", "temperature": 1.0,
                 "client_optimizer": {"name": "sgd", "lr": 0.1}}
+_CLIENT_KEYS = ("speaker", "groups")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config schema
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataSettings:
+    """``data``: the AN4 features (``root``: the AN4 folder, default ``<data>/an4``) or a synthetic corpus of
+    ``speakers`` training and ``test_speakers`` test speakers with ``utterances`` each; the CMVN, the server's
+    share of the training speakers and the validation hold-out."""
+
+    kind: str = setting("an4", choices=("an4", "synthetic"))
+    root: Path | None = setting(None, exists="dir")
+    cmvn: str = setting("speaker", choices=("speaker", "global", "none"))
+    seed_fraction: float = setting(0.5, gt=0.0, lt=1.0)
+    valid_every: int = setting(10, min=2)
+    speakers: int = setting(16, min=2)
+    utterances: int = setting(12, min=2)
+    test_speakers: int = setting(4, min=2)
+
+
+@dataclass(frozen=True)
+class UnitsSettings:
+    """``units``: ``char`` (``sentencepiece`` is ``None``) or ``{sentencepiece: N}``, a unigram model of ``N``
+    pieces trained on the server speakers' transcripts."""
+
+    sentencepiece: int | None = setting(None, min=8)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        if value == "char":
+            return {}
+        if isinstance(value, Mapping):
+            unknown_keys(value, ("sentencepiece",), where)
+            if value.get("sentencepiece") is None:
+                raise ConfigError(f"config key {key_path(where, 'sentencepiece')!r} is None",
+                                  expected="an integer >= 8")
+        return value
+
+    def __config_dict__(self) -> Any:
+        return "char" if self.sentencepiece is None else {"sentencepiece": self.sentencepiece}
+
+
+@dataclass(frozen=True)
+class SeedModelSettings:
+    """``seed_model``: the server's central Adam training, keeping the ``last`` epoch or the ``best`` on held-out
+    server utterances."""
+
+    epochs: int = setting(10, min=1)
+    lr: float = 0.001
+    batch_size: int = setting(16, min=1)
+    select: str = setting("last", choices=("last", "best"))
+
+
+@dataclass(frozen=True)
+class ClientsSettings:
+    """``clients``: one client per ``speaker``, or ``groups`` clients of whole speakers."""
+
+    key: str = setting("speaker", choices=_CLIENT_KEYS)
+    groups: int = setting(7, min=1)
+
+
+@dataclass(frozen=True)
+class FtlFederationSettings(FederationSettings):
+    """``federated``: as every runner's, but 7 clients sampled with replacement per round by default (3.1)."""
+
+    sampler: Any = field(default_factory=lambda: {"kind": "with_replacement", "n": 7})
+
+
+@dataclass(frozen=True)
+class VariantSettings:
+    """One row of ``tables.variants``: a name, its clients (default ``clients.key``) and its FTL config (the
+    system's with the row's ``ftl`` keys over it)."""
+
+    name: str
+    clients: str | None = setting(None, choices=_CLIENT_KEYS)
+    ftl: FtlConfig = field(default_factory=lambda: FtlConfig.from_dict(_DEFAULT_FTL))
+
+
+@dataclass(frozen=True)
+class TablesSettings:
+    """``tables``: the extra federated runs of the table."""
+
+    variants: tuple[VariantSettings, ...] = ()
+
+
+@dataclass(frozen=True)
+class CentralisedSettings:
+    """``centralised``: the centralised rows' Adam epochs (default ``seed_model.epochs``)."""
+
+    epochs: int | None = setting(None, min=1)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """``eval``: greedy or beam decoding of the test speakers, and the seq2seq model's scoring head."""
+
+    method: str = setting("greedy", choices=("greedy", "beam"))
+    beam: int = setting(8, min=1)
+    head: str = setting("auto", choices=("auto", "attention", "ctc", "joint"))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`privasr.asr.train.evaluate`: the beam (beam search only), the head."""
+        return {**({"beam": self.beam} if self.method == "beam" else {}), "head": self.head}
 
 
 @dataclass(frozen=True)
 class FtlRunConfig:
-    """A validated FTL experiment config (:func:`load_ftl_config`); ``raw`` is the resolved dict."""
+    """An FTL experiment config (module docstring), validated by :func:`load_ftl_config`.
 
-    name: str
-    seed: int
-    data: dict[str, Any]
-    units: Any
-    model: Any
-    seed_epochs: int
-    seed_lr: float
-    seed_batch: int
-    client_key: str
-    groups: int
-    rounds: int
-    backend: str
-    backend_options: dict[str, Any]
-    sampler: Any
-    min_clients: int
-    ftl: Any
-    baseline: Any
-    target_loss: float | None
-    variants: tuple[tuple[str, Any, str], ...]
-    central_epochs: int | None
-    eval_method: str
-    eval_options: dict[str, Any]
-    raw: dict[str, Any]
-    seed_select: str = "last"
+    ``model`` is the preset resolved to an :class:`~privasr.asr.models.AcousticConfig`; ``ftl``, ``baseline`` and
+    the rows' ``ftl`` are resolved :class:`~privasr.federated.algorithms.ftl.FtlConfig`\\ s; ``target_loss``
+    ``None`` is ``auto``.
+    """
+
+    name: str = "ftl"
+    seed: int = setting(0, min=0)
+    data: DataSettings = field(default_factory=DataSettings)
+    units: UnitsSettings = field(default_factory=UnitsSettings)
+    model: AcousticConfig = field(default_factory=lambda: AcousticConfig.preset("small"))
+    seed_model: SeedModelSettings = field(default_factory=SeedModelSettings)
+    clients: ClientsSettings = field(default_factory=ClientsSettings)
+    rounds: int = setting(40, min=1)
+    federated: FtlFederationSettings = field(default_factory=FtlFederationSettings)
+    ftl: FtlConfig = field(default_factory=lambda: FtlConfig.from_dict(_DEFAULT_FTL))
+    baseline: FtlConfig = field(default_factory=lambda: FtlConfig.from_dict({**_DEFAULT_FTL, **_BASELINE}))
+    target_loss: float | None = None
+    tables: TablesSettings = field(default_factory=TablesSettings)
+    centralised: CentralisedSettings | None = None
+    eval: EvalSettings = field(default_factory=EvalSettings)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """The shorthands: a model preset with overrides, ``ftl``/``baseline``/row ``ftl`` keys over their
+        defaults, ``target_loss: auto``."""
+        if value is not None and not isinstance(value, Mapping):
+            return value
+        d = dict(value or {})
+        m = check_mapping(d.get("model"), "model")
+        preset = check_str(m.pop("preset", "small"), "model.preset", sorted(PRESETS))
+        d["model"] = {**PRESETS[preset], **m}
+        ftl = d["ftl"] = {**_DEFAULT_FTL, **check_mapping(d.get("ftl"), "ftl")}
+        d["baseline"] = {**ftl, **_BASELINE, **check_mapping(d.get("baseline"), "baseline")}
+        tables = d.get("tables")
+        if isinstance(tables, Mapping) and "variants" in tables:
+            variants = tables["variants"] or []
+            if isinstance(variants, list | tuple):
+                variants = [{**v, "ftl": {**ftl, **check_mapping(v.get("ftl"), f"tables.variants[{i}].ftl")}}
+                            if isinstance(v, Mapping) else v for i, v in enumerate(variants)]
+            d["tables"] = {**tables, "variants": variants}
+        if d.get("target_loss") == "auto":
+            d["target_loss"] = None
+        return d
+
+    def __config_check__(self, where: str, ctx: Context) -> FtlRunConfig:
+        self._check_eval()
+        rows = tuple(dataclasses.replace(v, clients=v.clients or self.clients.key, ftl=_plain_temperature(v.ftl))
+                     for v in self.tables.variants)
+        central = self.centralised
+        if central is not None and central.epochs is None:
+            central = CentralisedSettings(self.seed_model.epochs)
+        return dataclasses.replace(self, ftl=_plain_temperature(self.ftl), baseline=_plain_temperature(self.baseline),
+                                   tables=TablesSettings(rows), centralised=central)
+
+    def _check_eval(self) -> None:
+        """The decoding head must exist on the model, and joint scoring needs beam search."""
+        method, head, model = self.eval.method, self.eval.head, self.model
+        if head in ("ctc", "joint") and model.arch == "seq2seq" and not model.ctc_weight:
+            raise ConfigError(f"eval.head is '{head}' but the seq2seq model has no CTC head",
+                              expected="model.ctc_weight > 0, or eval.head 'auto'/'attention'")
+        if head in ("attention", "joint") and model.arch == "ctc":
+            raise ConfigError(f"eval.head is '{head}' but model.arch is 'ctc'", expected="eval.head 'auto' or 'ctc'")
+        if head == "joint" and method != "beam":
+            raise ConfigError("eval.head is 'joint' with eval.method 'greedy'", expected="eval.method 'beam'")
 
 
-def _ftl_config(raw: Mapping[str, Any]) -> Any:
-    """An FtlConfig whose temperature is 1.0 unless it weights by softmax (where alone it acts), so runs that
-    differ only in an unused temperature share their checkpoints and cache keys."""
-    from privasr.federated.algorithms.ftl import FtlConfig
-
-    cfg = FtlConfig.from_dict(raw)
+def _plain_temperature(cfg: FtlConfig) -> FtlConfig:
+    """``cfg`` with temperature 1.0 unless it weights by softmax (where alone the temperature acts)."""
     return cfg if cfg.weighting == "softmax" else dataclasses.replace(cfg, temperature=1.0)
 
 
-def load_ftl_config(config: Mapping[str, Any]) -> FtlRunConfig:
-    """Validate an FTL experiment config (see the module docstring); errors name the key.
+def load_ftl_config(config: Mapping[str, Any], *, check_files: bool = True) -> FtlRunConfig:
+    """Validate an FTL experiment config (see the module docstring); errors name the key path. With
+    ``check_files`` the AN4 folder ``data.root`` (when given) must exist.
 
+    >>> cfg = load_ftl_config({"model": {"preset": "tiny", "arch": "ctc"}, "baseline": {"replay_steps": 1}})
+    >>> cfg.model.enc_layers, cfg.ftl.weighting, cfg.baseline.server, cfg.baseline.replay_steps
+    (1, 'softmax', {'name': 'fedavg'}, 1)
     >>> load_ftl_config({"data": {"kind": "an5"}})
     Traceback (most recent call last):
     ...
     privasr.errors.ConfigError: config key 'data.kind' is 'an5' (expected one of an4, synthetic)
     """
-    from privasr.asr.models import AcousticConfig
-    from privasr.rescore.run import _int, _mapping, _num, _str, federation_settings
-
-    raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
-    name = _str(raw.get("name", "ftl"), "name")
-    seed = _int(raw.get("seed", 0), "seed", 0)
-    data = _mapping(raw.get("data", {}), "data", ("kind", "root", "cmvn", "seed_fraction", "valid_every",
-                                                  "speakers", "utterances", "test_speakers"))
-    data["kind"] = _str(data.get("kind", "an4"), "data.kind", ("an4", "synthetic"))
-    data["cmvn"] = _str(data.get("cmvn", "speaker"), "data.cmvn", ("speaker", "global", "none"))
-    frac = _num(data.get("seed_fraction", 0.5), "data.seed_fraction")
-    if not 0 < frac < 1:
-        raise ConfigError(f"data.seed_fraction={frac}", expected="a number in (0, 1)")
-    data["seed_fraction"] = frac
-    data["valid_every"] = _int(data.get("valid_every", 10), "data.valid_every", 2)
-    for k, default in (("speakers", 16), ("utterances", 12), ("test_speakers", 4)):
-        data[k] = _int(data.get(k, default), f"data.{k}", 2)
-    units = raw.get("units", "char")
-    if units != "char":
-        u = _mapping(units, "units", ("sentencepiece",))
-        units = {"sentencepiece": _int(u.get("sentencepiece"), "units.sentencepiece", 8)}
-    m = _mapping(raw.get("model", {}), "model")
-    preset = _str(m.pop("preset", "small"), "model.preset")
-    try:
-        model = AcousticConfig.preset(preset, **m)
-    except TypeError as e:
-        raise ConfigError(f"model: {e}", expected="AcousticConfig fields") from None
-    sm = _mapping(raw.get("seed_model", {}), "seed_model", ("epochs", "lr", "batch_size", "select"))
-    seed_select = _str(sm.get("select", "last"), "seed_model.select", ("last", "best"))
-    seed_epochs = _int(sm.get("epochs", 10), "seed_model.epochs", 1)
-    seed_lr = _num(sm.get("lr", 0.001), "seed_model.lr")
-    seed_batch = _int(sm.get("batch_size", 16), "seed_model.batch_size", 1)
-    cl = _mapping(raw.get("clients", {}), "clients", ("key", "groups"))
-    key = _str(cl.get("key", "speaker"), "clients.key", ("speaker", "groups"))
-    groups = _int(cl.get("groups", 7), "clients.groups", 1)
-    rounds = _int(raw.get("rounds", 40), "rounds", 1)
-    fed = dict(raw.get("federated", {}) or {})
-    fed.setdefault("sampler", {"kind": "with_replacement", "n": 7})
-    backend, backend_options, sampler, min_clients = federation_settings({"federated": fed})
-    ftl_raw = {**_DEFAULT_FTL, **_mapping(raw.get("ftl", {}), "ftl")}
-    ftl = _ftl_config(ftl_raw)
-    base = _ftl_config({**ftl_raw, **_BASELINE, **_mapping(raw.get("baseline", {}), "baseline")})
-    tl = raw.get("target_loss", "auto")
-    target = None if tl == "auto" else _num(tl, "target_loss")
-    tables = _mapping(raw.get("tables", {}), "tables", ("variants",))
-    variants = []
-    for i, v in enumerate(tables.get("variants", []) or []):
-        v = _mapping(v, f"tables.variants[{i}]", ("name", "ftl", "clients"))
-        vname = _str(v.get("name"), f"tables.variants[{i}].name")
-        vkey = _str(v.get("clients", key), f"tables.variants[{i}].clients", ("speaker", "groups"))
-        variants.append((vname, _ftl_config({**ftl_raw, **_mapping(v.get("ftl", {}), f"tables.variants[{i}].ftl")}),
-                         vkey))
-    cen = raw.get("centralised")
-    central = None
-    if cen is not None:
-        central = _int(_mapping(cen, "centralised", ("epochs",)).get("epochs", seed_epochs), "centralised.epochs", 1)
-    ev = _mapping(raw.get("eval", {}), "eval", ("method", "beam", "head"))
-    method = _str(ev.get("method", "greedy"), "eval.method", ("greedy", "beam"))
-    opts: dict[str, Any] = {"beam": _int(ev.get("beam", 8), "eval.beam", 1)} if method == "beam" else {}
-    head = opts["head"] = _str(ev.get("head", "auto"), "eval.head", ("auto", "attention", "ctc", "joint"))
-    if head in ("ctc", "joint") and model.arch == "seq2seq" and not model.ctc_weight:
-        raise ConfigError(f"eval.head is '{head}' but the seq2seq model has no CTC head",
-                          expected="model.ctc_weight > 0, or eval.head 'auto'/'attention'")
-    if head in ("attention", "joint") and model.arch == "ctc":
-        raise ConfigError(f"eval.head is '{head}' but model.arch is 'ctc'", expected="eval.head 'auto' or 'ctc'")
-    if head == "joint" and method != "beam":
-        raise ConfigError("eval.head is 'joint' with eval.method 'greedy'", expected="eval.method 'beam'")
-    resolved = {**raw, "ftl": ftl.to_dict(), "baseline": base.to_dict(), "model": model.to_dict(),
-                "data": data, "units": units}
-    return FtlRunConfig(name, seed, data, units, model, seed_epochs, seed_lr, seed_batch, key, groups, rounds,
-                        backend, backend_options, sampler, min_clients, ftl, base, target, tuple(variants),
-                        central, method, opts, resolved, seed_select)
+    return from_mapping(FtlRunConfig, config, "", Context(check_files))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -202,21 +321,22 @@ def split_speakers(speakers: Sequence[str], seed_fraction: float) -> tuple[list[
     return server, [s for s in names if s not in picks and s not in server]
 
 
-def _load(cfg: FtlRunConfig) -> tuple[list[Any], list[Any]]:
-    if cfg.data["kind"] == "synthetic":
-        return synthetic_corpus(cfg.data["speakers"], cfg.data["utterances"], cfg.data["test_speakers"], cfg.seed)
+def load_utterances(cfg: FtlRunConfig) -> tuple[list[Any], list[Any]]:
+    """The training and test utterances of ``data`` (AN4 features or the synthetic corpus)."""
+    d = cfg.data
+    if d.kind == "synthetic":
+        return synthetic_corpus(d.speakers, d.utterances, d.test_speakers, cfg.seed)
     from privasr.asr.features import an4_features
 
-    root = cfg.data.get("root")
-    return an4_features(root, "train"), an4_features(root, "test")
+    return an4_features(d.root, "train"), an4_features(d.root, "test")
 
 
 def _tokenizer(cfg: FtlRunConfig, transcripts: Sequence[Sequence[str]]) -> Any:
     from privasr.asr.units import CharTokenizer, SentencePieceTokenizer
 
-    if cfg.units == "char":
+    if cfg.units.sentencepiece is None:
         return CharTokenizer.train(transcripts)
-    return SentencePieceTokenizer.train(transcripts, vocab_size=cfg.units["sentencepiece"], seed=cfg.seed)
+    return SentencePieceTokenizer.train(transcripts, vocab_size=cfg.units.sentencepiece, seed=cfg.seed)
 
 
 def _groups(speakers: Sequence[str], n: int) -> list[list[str]]:
@@ -225,17 +345,64 @@ def _groups(speakers: Sequence[str], n: int) -> list[list[str]]:
     return [names[i::n] for i in range(n)]
 
 
+def _hold_out(by_spk: Mapping[str, Sequence[Any]], speakers: Sequence[str], every: int
+              ) -> tuple[list[Any], dict[str, list[Any]]]:
+    """Every ``every``-th utterance of each speaker held out: (the held-out utterances, the rest per speaker)."""
+    held = [e for s in speakers for i, e in enumerate(by_spk[s]) if i % every == every - 1]
+    kept = {s: [e for i, e in enumerate(by_spk[s]) if i % every != every - 1] for s in speakers}
+    return held, kept
+
+
+@dataclass
+class _Data:
+    """The prepared corpus: the units, the model config sized to the features, and the examples by role."""
+
+    tok: Any
+    model: AcousticConfig
+    examples: list[Any]
+    test: list[Any]
+    by_speaker: dict[str, list[Any]]
+    server_speakers: list[str]
+    client_speakers: list[str]
+    server_examples: list[Any]
+    valid: list[Any]
+    client_examples: dict[str, list[Any]]
+
+
+def prepare_data(cfg: FtlRunConfig) -> _Data:
+    """Stage 1: load the utterances, split the speakers, train the units on the server's transcripts, make the
+    model inputs and hold out the clients' validation set."""
+    from privasr.asr.train import an4_examples
+
+    train_utts, test_utts = load_utterances(cfg)
+    server_spk, client_spk = split_speakers([u.speaker for u in train_utts], cfg.data.seed_fraction)
+    server_utts = [u for u in train_utts if u.speaker in set(server_spk)]
+    tok = _tokenizer(cfg, [u.words for u in server_utts])
+    model = cfg.model.replace(input_dim=3 * train_utts[0].features.shape[1])
+    ex_all = an4_examples(train_utts, tok, cmvn=cfg.data.cmvn)
+    test = an4_examples(test_utts, tok, cmvn=cfg.data.cmvn)
+    by_spk: dict[str, list[Any]] = {}
+    for e in ex_all:
+        by_spk.setdefault(e.speaker, []).append(e)
+    server_ex = [e for s in server_spk for e in by_spk[s]]
+    valid, client_ex = _hold_out(by_spk, client_spk, cfg.data.valid_every)
+    if not valid or not any(client_ex.values()):
+        raise InputError(f"{len(client_spk)} client speakers leave no validation or no training utterances",
+                         expected="more utterances per speaker or a larger valid_every")
+    return _Data(tok, model, ex_all, test, by_spk, server_spk, client_spk, server_ex, valid, client_ex)
+
+
 # ---------------------------------------------------------------------------------------------------------------
-# the run
+# centralised training and evaluation
 # ---------------------------------------------------------------------------------------------------------------
-def _cache_key(cfg: FtlRunConfig, what: str, **extra: Any) -> str:
-    key = {"what": what, "data": cfg.data, "units": cfg.units, "model": cfg.model.to_dict(), "seed": cfg.seed,
-           "version": __version__, **extra}
+def _cache_key(cfg: FtlRunConfig, model: AcousticConfig, what: str, **extra: Any) -> str:
+    key = {"what": what, "data": to_dict(cfg.data), "units": to_dict(cfg.units), "model": model.to_dict(),
+           "seed": cfg.seed, "version": __version__, **extra}
     return json.dumps(key, sort_keys=True, default=str)
 
 
-def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None, examples: Sequence[Any],
-             epochs: int, cache: Path, name: str, lr: float, batch: int,
+def _central(cfg: FtlRunConfig, data: _Data, init: Mapping[str, np.ndarray] | None, examples: Sequence[Any],
+             epochs: int, cache: Path, name: str,
              select: tuple[Sequence[Any], Callable[[Mapping[str, np.ndarray], Sequence[Any]], float]] | None = None
              ) -> tuple[dict[str, np.ndarray], float]:
     """Centralised Adam training (cached): the parameters and the seconds it took (0 when cached).
@@ -248,14 +415,15 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
     from privasr.asr.train import train
     from privasr.federated.algorithms._config import load_params, params_of
 
-    key = _cache_key(cfg, name, epochs=epochs, lr=lr, batch=batch, init=init is not None,
+    lr, batch = cfg.seed_model.lr, cfg.seed_model.batch_size
+    key = _cache_key(cfg, data.model, name, epochs=epochs, lr=lr, batch=batch, init=init is not None,
                      n=len(examples), **({"select": "best", "held_out": len(select[0])} if select else {}))
     path = cache / f"{name}.npz"
     meta = cache / f"{name}.json"
     if path.is_file() and meta.is_file() and meta.read_text(encoding="utf-8") == key:
         with np.load(path) as z:
             return {k: z[k] for k in z.files}, 0.0
-    model = build_model(cfg.model, tok, seed=cfg.seed)
+    model = build_model(data.model, data.tok, seed=cfg.seed)
     if init is not None:
         load_params(model, init)
     t0 = time.perf_counter()
@@ -284,14 +452,6 @@ def _central(cfg: FtlRunConfig, tok: Any, init: Mapping[str, np.ndarray] | None,
     return params, time.perf_counter() - t0
 
 
-def _hold_out(by_spk: Mapping[str, Sequence[Any]], speakers: Sequence[str], every: int
-              ) -> tuple[list[Any], dict[str, list[Any]]]:
-    """Every ``every``-th utterance of each speaker held out: (the held-out utterances, the rest per speaker)."""
-    held = [e for s in speakers for i, e in enumerate(by_spk[s]) if i % every == every - 1]
-    kept = {s: [e for i, e in enumerate(by_spk[s]) if i % every != every - 1] for s in speakers}
-    return held, kept
-
-
 def _seed_selection(cache: Path, select: str) -> dict[str, Any]:
     """``seed_model_epoch`` and the held-out losses per epoch when the seed model's epoch was selected."""
     f = cache / "seed-epochs.json"
@@ -305,7 +465,7 @@ def _evaluate(alg: Any, params: Mapping[str, np.ndarray], test: Sequence[Any], c
     from privasr.asr.train import evaluate
 
     model = alg.load(params)
-    ev = evaluate(model, alg.tokenizer, test, method=cfg.eval_method, **cfg.eval_options)
+    ev = evaluate(model, alg.tokenizer, test, method=cfg.eval.method, **cfg.eval.options)
     return {"wer": ev.wer.wer, "cer": ev.cer.wer, "test_loss": alg.loss(params, test),
             "hypotheses": [" ".join(nb.best.words) for nb in ev.nbest]}
 
@@ -320,11 +480,62 @@ def _significance(test: Sequence[Any], a: Mapping[str, Any], b: Mapping[str, Any
                                                                                                       r.better)}
 
 
+@dataclass
+class _Seed:
+    """The seed model: the probe algorithm (the system's config; loss and decoding of any parameters), the
+    parameters, the seconds its training took, its test evaluation and its validation loss."""
+
+    probe: FtlAlgorithm
+    params: dict[str, np.ndarray]
+    seconds: float
+    eval: dict[str, Any]
+    valid_loss: float
+
+
+def train_seed_model(cfg: FtlRunConfig, data: _Data, cache: Path) -> _Seed:
+    """Stage 2: train the seed model centrally on the server speakers (cached in ``cache``; with
+    ``seed_model.select: best`` keeping the epoch best on held-out server utterances) and evaluate it."""
+    probe = FtlAlgorithm(cfg.ftl, data.model, data.tok)
+    select = None
+    seed_train = data.server_examples
+    if cfg.seed_model.select == "best":
+        server_held, server_kept = _hold_out(data.by_speaker, data.server_speakers, cfg.data.valid_every)
+        seed_train = [e for s in data.server_speakers for e in server_kept[s]]
+        if not server_held or not seed_train:
+            raise InputError(f"{len(data.server_speakers)} server speakers leave no held-out or no training "
+                             "utterances", expected="more utterances per speaker or a larger valid_every")
+        select = (server_held, probe.loss)
+    params, seconds = _central(cfg, data, None, seed_train, cfg.seed_model.epochs, cache, "seed", select)
+    return _Seed(probe, params, seconds, _evaluate(probe, params, data.test, cfg), probe.loss(params, data.valid))
+
+
+def centralised_rows(cfg: FtlRunConfig, data: _Data, seed: _Seed, cache: Path) -> dict[str, Any]:
+    """Stage 4 (with ``centralised``): the lower bound (trained from scratch on every training speaker's
+    utterances but the validation set) and the seed model trained further on the client speakers' data."""
+    if cfg.centralised is None:
+        return {}
+    epochs = cfg.centralised.epochs
+    assert epochs is not None
+    held = set(map(id, data.valid))
+    lower, s1 = _central(cfg, data, None, [e for e in data.examples if id(e) not in held], epochs, cache,
+                         "central-all")
+    online, s2 = _central(cfg, data, seed.params, [e for v in data.client_examples.values() for e in v], epochs,
+                          cache, "central-online")
+    probe = seed.probe
+    return {"centralised_all": {**_evaluate(probe, lower, data.test, cfg), "valid_loss": probe.loss(lower, data.valid),
+                                "seconds": s1},
+            "seed_plus_centralised_online": {**_evaluate(probe, online, data.test, cfg),
+                                             "valid_loss": probe.loss(online, data.valid), "seconds": s2}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# federated runs
+# ---------------------------------------------------------------------------------------------------------------
 def _training_key(cfg: FtlRunConfig) -> dict[str, Any]:
     """The parts of the resolved config a federated run's training depends on (its checkpoint key): not the
     name, the evaluation, the other table rows or the centralised rows, so a run can be re-evaluated, renamed
     or given more rows without retraining."""
-    return {k: v for k, v in cfg.raw.items() if k not in ("name", "eval", "tables", "centralised")}
+    return {k: v for k, v in to_dict(cfg).items() if k not in ("name", "eval", "tables", "centralised")}
 
 
 def _rounds_to(losses: Sequence[float], target: float) -> int | None:
@@ -334,120 +545,118 @@ def _rounds_to(losses: Sequence[float], target: float) -> int | None:
     return None
 
 
-def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run the experiment; write ``out/results.json`` and ``out/report.md``; return the metrics."""
+def _clients(cfg: FtlRunConfig, data: _Data, key: str) -> list[FtlClient]:
+    """One client per client speaker with training utterances, or ``clients.groups`` groups of whole speakers."""
+    if key == "speaker":
+        return [FtlClient(s, tuple(data.client_examples[s])) for s in data.client_speakers if data.client_examples[s]]
+    return [FtlClient(f"group{i}", tuple(e for s in g for e in data.client_examples[s]))
+            for i, g in enumerate(_groups(data.client_speakers, cfg.clients.groups))]
+
+
+def _federate(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path, sampler: Any, name: str, ftl_cfg: FtlConfig,
+              key: str) -> dict[str, Any]:
+    """One federated run from the seed model (checkpointed in ``out/checkpoint/<name>``, resumed): the
+    validation loss after every round and the test evaluation after the last."""
+    from privasr.federated.backends import run_on
+
+    alg = FtlAlgorithm(ftl_cfg, data.model, data.tok, init_state=seed.params,
+                       replay=data.server_examples if ftl_cfg.replay_steps else None)
+    clients = _clients(cfg, data, key)
+
+    def on_round(entry: Any, state: Any) -> None:
+        entry.metrics["valid_loss"] = alg.loss(state["params"], data.valid)
+
+    fed = cfg.federated
+    t0 = time.perf_counter()
+    res = run_on(fed.backend, alg, clients, options=fed.backend_options, checkpoint_dir=out / "checkpoint" / name,
+                 on_round=on_round, rounds=cfg.rounds, sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients,
+                 key={"experiment": _training_key(cfg), "variant": name, "ftl": ftl_cfg.to_dict(), "clients": key})
+    losses = [float(h.metrics["valid_loss"]) for h in res.history]
+    ev = _evaluate(alg, res.state["params"], data.test, cfg)
+    return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),
+            "valid_loss": losses, "train_loss": [float(h.metrics.get("loss", float("nan"))) for h in res.history],
+            "seconds": time.perf_counter() - t0, **ev}
+
+
+@dataclass
+class _Runs:
+    """The federated runs (the system, the baseline, the table rows) and the target validation loss."""
+
+    main: dict[str, Any]
+    base: dict[str, Any]
+    rows: list[dict[str, Any]]
+    target: float
+
+    @property
+    def by_name(self) -> dict[str, Any]:
+        """Every run by name, as results.json lists them (``ftl``, ``baseline``, then the rows)."""
+        return {"ftl": self.main, "baseline": self.base, **{r["name"]: r for r in self.rows}}
+
+
+def federated_runs(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path) -> _Runs:
+    """Stage 3: the system, the baseline and the table rows, federated from the seed model (torch's global
+    random state is left as it was); then every run's rounds to the target validation loss."""
     import torch
 
-    from privasr.asr.train import an4_examples
-    from privasr.federated.algorithms.ftl import FtlAlgorithm, FtlClient
-    from privasr.federated.backends import run_on
-    from privasr.results import write_results
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    train_utts, test_utts = _load(cfg)
-    server_spk, client_spk = split_speakers([u.speaker for u in train_utts], cfg.data["seed_fraction"])
-    server_utts = [u for u in train_utts if u.speaker in set(server_spk)]
-    tok = _tokenizer(cfg, [u.words for u in server_utts])
-    model_cfg = cfg.model.replace(input_dim=3 * train_utts[0].features.shape[1])
-    cfg = copy.copy(cfg)
-    object.__setattr__(cfg, "model", model_cfg)
-    cmvn = cfg.data["cmvn"]
-    ex_all = an4_examples(train_utts, tok, cmvn=cmvn)
-    test = an4_examples(test_utts, tok, cmvn=cmvn)
-    by_spk: dict[str, list[Any]] = {}
-    for e in ex_all:
-        by_spk.setdefault(e.speaker, []).append(e)
-    server_ex = [e for s in server_spk for e in by_spk[s]]
-    every = cfg.data["valid_every"]
-    valid, client_ex = _hold_out(by_spk, client_spk, every)
-    if not valid or not any(client_ex.values()):
-        raise InputError(f"{len(client_spk)} client speakers leave no validation or no training utterances",
-                         expected="more utterances per speaker or a larger valid_every")
-
-    cache = out / "cache"
-    probe = FtlAlgorithm(cfg.ftl, model_cfg, tok)
-    select = None
-    seed_train = server_ex
-    if cfg.seed_select == "best":
-        server_held, server_kept = _hold_out(by_spk, server_spk, every)
-        seed_train = [e for s in server_spk for e in server_kept[s]]
-        if not server_held or not seed_train:
-            raise InputError(f"{len(server_spk)} server speakers leave no held-out or no training utterances",
-                             expected="more utterances per speaker or a larger valid_every")
-        select = (server_held, probe.loss)
-    seed_params, seed_s = _central(cfg, tok, None, seed_train, cfg.seed_epochs, cache, "seed", cfg.seed_lr,
-                                   cfg.seed_batch, select)
-    seed_eval = _evaluate(probe, seed_params, test, cfg)
-    seed_valid = probe.loss(seed_params, valid)
-
-    def clients_for(key: str) -> list[Any]:
-        if key == "speaker":
-            return [FtlClient(s, tuple(client_ex[s])) for s in client_spk if client_ex[s]]
-        return [FtlClient(f"group{i}", tuple(e for s in g for e in client_ex[s]))
-                for i, g in enumerate(_groups(client_spk, cfg.groups))]
-
-    def federate(name: str, ftl_cfg: Any, key: str) -> dict[str, Any]:
-        alg = FtlAlgorithm(ftl_cfg, model_cfg, tok, init_state=seed_params,
-                           replay=server_ex if ftl_cfg.replay_steps else None)
-        clients = clients_for(key)
-
-        def on_round(entry: Any, state: Any) -> None:
-            entry.metrics["valid_loss"] = alg.loss(state["params"], valid)
-
-        t0 = time.perf_counter()
-        res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
-                     checkpoint_dir=out / "checkpoint" / name, on_round=on_round, rounds=cfg.rounds,
-                     sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients,
-                     key={"experiment": _training_key(cfg), "variant": name, "ftl": ftl_cfg.to_dict(),
-                          "clients": key})
-        losses = [float(h.metrics["valid_loss"]) for h in res.history]
-        ev = _evaluate(alg, res.state["params"], test, cfg)
-        return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),
-                "valid_loss": losses, "train_loss": [float(h.metrics.get("loss", float("nan")))
-                                                     for h in res.history],
-                "seconds": time.perf_counter() - t0, **ev}
-
+    sampler = cfg.federated.make_sampler()
     with torch.random.fork_rng(devices=[]):
-        main = federate("ftl", cfg.ftl, cfg.client_key)
-        base = federate("baseline", cfg.baseline, cfg.client_key)
-        rows = [federate(n, c, k) for n, c, k in cfg.variants]
+        main = _federate(cfg, data, seed, out, sampler, "ftl", cfg.ftl, cfg.clients.key)
+        base = _federate(cfg, data, seed, out, sampler, "baseline", cfg.baseline, cfg.clients.key)
+        rows = [_federate(cfg, data, seed, out, sampler, v.name, v.ftl, v.clients or cfg.clients.key)
+                for v in cfg.tables.variants]
     target = cfg.target_loss if cfg.target_loss is not None else min(base["valid_loss"])
     for r in (main, base, *rows):
         r["rounds_to_target"] = _rounds_to(r["valid_loss"], target)
+    return _Runs(main, base, rows, target)
 
-    central: dict[str, Any] = {}
-    if cfg.central_epochs is not None:
-        held = set(map(id, valid))
-        lower, s1 = _central(cfg, tok, None, [e for e in ex_all if id(e) not in held], cfg.central_epochs, cache,
-                             "central-all", cfg.seed_lr, cfg.seed_batch)
-        online, s2 = _central(cfg, tok, seed_params, [e for v in client_ex.values() for e in v], cfg.central_epochs,
-                              cache, "central-online", cfg.seed_lr, cfg.seed_batch)
-        central = {"centralised_all": {**_evaluate(probe, lower, test, cfg), "valid_loss": probe.loss(lower, valid),
-                                       "seconds": s1},
-                   "seed_plus_centralised_online": {**_evaluate(probe, online, test, cfg),
-                                                    "valid_loss": probe.loss(online, valid), "seconds": s2}}
 
+# ---------------------------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------------------------
+def run_ftl(cfg: FtlRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the experiment; write ``out/results.json`` and ``out/report.md``; return the metrics."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    data = prepare_data(cfg)
+    cache = out / "cache"
+    seed = train_seed_model(cfg, data, cache)
+    runs = federated_runs(cfg, data, seed, out)
+    central = centralised_rows(cfg, data, seed, cache)
+    metrics = _metrics(cfg, data, seed, runs, t_start, cache)
+    write_report(cfg, out, metrics, runs.by_name, central, seed, argv)
+    return metrics
+
+
+def _metrics(cfg: FtlRunConfig, data: _Data, seed: _Seed, runs: _Runs, t_start: float, cache: Path
+             ) -> dict[str, Any]:
+    """The metrics of results.json: the system against the baseline and the seed model, and the run's sizes."""
+    main, base = runs.main, runs.base
     r_main, r_base = main["rounds_to_target"], base["rounds_to_target"]
-    metrics: dict[str, Any] = {
+    return {
         "wer": main["wer"], "cer": main["cer"], "rounds_to_target": r_main, "rounds_to_target_baseline": r_base,
         "rounds_ratio": (r_base / r_main) if (r_main and r_base) else None,
-        "wer_baseline": base["wer"], "cer_baseline": base["cer"], **_significance(test, main, base),
-        "target_loss": target,
+        "wer_baseline": base["wer"], "cer_baseline": base["cer"], **_significance(data.test, main, base),
+        "target_loss": runs.target,
         "valid_loss": main["valid_loss"][-1], "valid_loss_baseline": base["valid_loss"][-1],
-        "wer_seed": seed_eval["wer"], "cer_seed": seed_eval["cer"], "valid_loss_seed": seed_valid,
-        "rounds": cfg.rounds, "server_speakers": len(server_spk), "client_speakers": len(client_spk),
-        "clients": main["clients"], "valid_utterances": len(valid), "test_utterances": len(test),
-        "units": tok.vocab_size, "seed_model_s": seed_s, "total_s": time.perf_counter() - t_start,
-        **_seed_selection(cache, cfg.seed_select),
+        "wer_seed": seed.eval["wer"], "cer_seed": seed.eval["cer"], "valid_loss_seed": seed.valid_loss,
+        "rounds": cfg.rounds, "server_speakers": len(data.server_speakers),
+        "client_speakers": len(data.client_speakers), "clients": main["clients"], "valid_utterances": len(data.valid),
+        "test_utterances": len(data.test), "units": data.tok.vocab_size, "seed_model_s": seed.seconds,
+        "total_s": time.perf_counter() - t_start, **_seed_selection(cache, cfg.seed_model.select),
     }
-    runs = {"ftl": main, "baseline": base, **{r["name"]: r for r in rows}}
-    write_results(out, config=cfg.raw, seed=cfg.seed, metrics=metrics,
+
+
+def write_report(cfg: FtlRunConfig, out: Path, metrics: Mapping[str, Any], runs: Mapping[str, Any],
+                 central: Mapping[str, Any], seed: _Seed, argv: Sequence[str] | None) -> None:
+    """Stage 5: ``out/results.json`` (the resolved config, the metrics, every run and the centralised rows) and
+    ``out/report.md``."""
+    from privasr.results import write_results
+
+    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"runs": runs, "centralised": central, "argv": list(argv) if argv else None})
-    (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed_eval, seed_valid, argv),
+    (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed.eval, seed.valid_loss, argv),
                                    encoding="utf-8")
-    return metrics
 
 
 def _pct(x: float | None) -> str:
@@ -458,10 +667,11 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
             seed_eval: Mapping[str, Any], seed_valid: float, argv: Sequence[str] | None) -> str:
     cmd = " ".join(argv) if argv else f"privasr ftl run --config ... --out ... ({cfg.name})"
     lines = [f"# Federated transfer learning: {cfg.name}", "", f"Command: `{cmd}`", "",
-             f"Data: {cfg.data['kind']}; {m['server_speakers']} server speakers (seed model, replay), "
+             f"Data: {cfg.data.kind}; {m['server_speakers']} server speakers (seed model, replay), "
              f"{m['client_speakers']} client speakers, {m['valid_utterances']} validation and "
              f"{m['test_utterances']} test utterances; {m['units']} output units. {cfg.rounds} rounds, "
-             f"sampler {cfg.sampler}, backend {cfg.backend}. Target validation loss: {m['target_loss']:.4f}"
+             f"sampler {cfg.federated.make_sampler()}, backend {cfg.federated.backend}. "
+             f"Target validation loss: {m['target_loss']:.4f}"
              + (" (the best the baseline reaches)" if cfg.target_loss is None else "") + ".", "",
              "| system | clients | valid loss | rounds to target | test WER | test CER |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -479,6 +689,6 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
     lines += ["", f"Rounds to target: {m['rounds_to_target']} vs {m['rounds_to_target_baseline']} for the baseline"
               + (f" ({ratio:.2f}x fewer)." if ratio else "."),
               f"Test WER, system against baseline: MAPSSWE p = {m['mapsswe_p']:.3g} (better: {m['mapsswe_better']}).",
-              "", f"Decoding: {cfg.eval_method}, {cfg.eval_options}. privasr {__version__}. WER on words, CER on "
+              "", f"Decoding: {cfg.eval.method}, {cfg.eval.options}. privasr {__version__}. WER on words, CER on "
               "characters with the word boundary as a character."]
     return "\n".join(lines) + "\n"

@@ -69,14 +69,14 @@ def _read(run: Path) -> dict[str, Any]:
 
 def _test_set(config: Mapping[str, Any], path: str) -> list[Any]:
     from privasr.errors import ConfigError
-    from privasr.experiments.ftl import _load, load_ftl_config
+    from privasr.experiments.ftl import load_ftl_config, load_utterances
 
     try:
         cfg = load_ftl_config(config)
     except ConfigError as e:
         raise InputError(f"its config no longer validates: {e.message}", path=path,
                          expected="a run of this privasr version's FTL config") from None
-    return _load(cfg)[1]
+    return load_utterances(cfg)[1]
 
 
 def compare_runs(runs: Sequence[str | Path], a: str = "ftl", b: str = "baseline", *, resamples: int = 1000,

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from privasr.config import from_mapping
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of", "TorchModelAlgorithm"]
@@ -18,7 +19,11 @@ T = TypeVar("T")
 
 
 def config_from_dict(cls: type[T], d: Any, what: str) -> T:
-    """``cls(**d)`` for a frozen config dataclass, refusing anything but a mapping of its field names.
+    """A frozen algorithm config dataclass from a mapping of its field names, through the one config system.
+
+    The mapping and its keys are checked first, in the algorithm's own words (``unknown FMP setting 'x'``);
+    :func:`privasr.config.from_mapping` then checks every value against the field's type (errors name the
+    key) before the class's ``__post_init__`` checks the values' ranges and the rules between them.
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -30,14 +35,18 @@ def config_from_dict(cls: type[T], d: Any, what: str) -> T:
     Traceback (most recent call last):
     ...
     privasr.errors.ConfigError: unknown C setting 'b' (expected one of ['a'])
+    >>> config_from_dict(C, {"a": "2"}, "C")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: config key 'a' is '2' (expected an integer)
     """
     if not isinstance(d, Mapping):
         raise ConfigError(f"{what} settings are a {type(d).__name__}", expected="a mapping")
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls) if f.init]  # type: ignore[arg-type]
     for k in d:
         if k not in names:
             raise ConfigError(f"unknown {what} setting {k!r}", expected=f"one of {names}")
-    return cls(**dict(d))
+    return from_mapping(cls, d)
 
 
 def is_real(v: Any) -> bool:
