@@ -1,6 +1,6 @@
 """N-best rescoring: score combination (:mod:`~privasr.rescore.combine`), weight search on a dev set
-(:mod:`~privasr.rescore.search`) and the configured runner behind ``privasr rescore run``
-(:mod:`~privasr.rescore.run`)."""
+(:mod:`~privasr.rescore.search`) and the language models of a config (:mod:`~privasr.rescore.lms`). The
+configured runner behind ``privasr rescore run`` is :mod:`privasr.experiments.rescore`."""
 
 from privasr.rescore.combine import (
     Combination,
