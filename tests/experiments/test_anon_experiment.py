@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 from privasr.anon.transform import EntitySpan  # noqa: E402
+from privasr.config import apply_overrides, read_config  # noqa: E402
 from privasr.corpus.formats.nbest_jsonl import write_nbest  # noqa: E402
 from privasr.corpus.records import Hypothesis, NBest  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
@@ -24,7 +25,6 @@ from privasr.experiments.anon import (  # noqa: E402
     split_meetings,
 )
 from privasr.lm.ngram.anon_classes import build_turn_texts  # noqa: E402
-from privasr.rescore.run import apply_overrides, read_config  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -271,7 +271,7 @@ def test_missing_inputs_and_small_pools_are_clear_errors(data, tmp_path):
 def test_the_shipped_config_validates():
     raw = read_config(CONFIGS / "anon-ami.yaml")
     cfg = load_anon_config(raw, check_files=False)
-    assert cfg.sizes == (0.12, 0.15, 0.2) and cfg.primary == "wc_m4"
+    assert cfg.adaptation.sizes == (0.12, 0.15, 0.2) and cfg.mix.size == 0.12 and cfg.primary == "wc_m4"
 
 
 @pytest.mark.slow

@@ -1,8 +1,9 @@
 """``privasr anon run``: language models from privacy-transformed transcripts (paper 003, Tables 2-4).
 
 ``privasr anon run --config configs/anon-ami.yaml [--set key=value ...] --out DIR`` runs
-:mod:`privasr.experiments.anon` and writes ``DIR/results.json`` and ``DIR/report.md``. :func:`run` is a typer
-command; the ``anon`` command group registers it.
+:mod:`privasr.experiments.anon` and writes ``DIR/results.json`` and ``DIR/report.md``. The config (schema
+:class:`~privasr.experiments.anon.AnonRunConfig`) is validated, overrides applied, before any work starts.
+:func:`run` is a typer command; the ``anon`` command group registers it.
 """
 
 from __future__ import annotations

@@ -69,18 +69,57 @@ adapted, interpolated word + class + neural model), ``wer_baseline``, ``wer_orig
 (wer_baseline - wer_original) (the target is >= 0.5), and ``tables`` (2, 3, 4).
 
 Trained models are cached in ``cache_dir`` under names keyed by a hash of everything they depend on.
+
+**Config** (YAML; every key optional unless marked; the schema is :class:`AnonRunConfig`, read with
+:mod:`privasr.config`, so ``--set a.b=c`` overrides and ``${PRIVASR_DATA}`` work; ``configs/anon-ami.yaml`` is
+the full example)::
+
+    name: anon
+    seed: 0                           # pool split, adaptation sets, surrogates, bootstrap
+    data:                             # required, all three keys
+      transcripts: DIR                # AMI_proprec: train/ (models, pool) and dev/ (dev text)
+      dev: PATH                       # N-best lists with references and am scores: weights tuned here
+      test: PATH                      # N-best lists: WER and perplexity
+    ner: {model: stock}               # a privasr.anon.ner.load_detector spec, or finetuned
+    pool: {fraction: 0.2}             # in (0, 1): training meetings held out as the clean pool
+    adaptation: {sizes: [0.12, 0.15, 0.2]}   # in (0, 1]: fractions of the anonymised training tokens
+    order: 3                          # 1 to 6
+    fma: {betas: [0.25, 0.5, 0.75, 1.0], mu: 1000}   # betas >= 0 (chosen by dev perplexity), mu > 0
+    lstm:
+      preset: small-lstm-class        # an LSTM preset of privasr.lm.neural.models.PRESETS
+      model: {}                       # NeuralLMConfig overrides of the preset
+      options: {}                     # TrainOptions fields (privasr.lm.neural.train)
+      seed: 0
+      finetune: {freeze: output, options: {}}   # freeze: none | output
+      device: cpu
+      batch_tokens: 4096
+    approx: {method: overwrite, topk: 0}        # method: overwrite | approximate (topk: approximate only)
+    mix:
+      size: null                      # one of adaptation.sizes (null: the smallest)
+      weights: null                   # {word, class, neural} with word + class = 1, neural < 1; null: EM on dev
+    primary: wc_m4                    # wc | wc_m3 | wc_m4: the system of results.json's wer
+    search:                           # coordinate descent on dev WER
+      ranges: {}                      # lm | word_penalty: [min, max, step] (default [0, 30, 0.5], [-30, 30, 0.5])
+      max_rounds: 20
+      coarse_points: 7                # >= 2
+      restarts: 3                     # >= 0
+    eval: {bootstrap_resamples: 1000}
+    cache_dir: null                   # trained models and entity spans (null: OUT/cache)
+    export_arpa: false                # write OUT/arpa/*.arpa for first-pass decoding
+
+:func:`load_anon_config` validates everything (unknown keys, types, ranges, files) before any work.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import gzip
 import hashlib
 import json
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,48 +127,21 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.config import Context, check_mapping, check_str, from_mapping, key_path, setting, to_dict
 from privasr.errors import ConfigError, InputError
 from privasr.lm.ngram.anon_classes import build_turn_texts, entity_class_map, eq2_weights
 
-__all__ = ["AnonRunConfig", "load_anon_config", "run_anon", "split_meetings", "draw_adaptation_sets", "SYSTEMS",
+__all__ = ["AnonRunConfig", "DataSettings", "NerSettings", "PoolSettings", "AdaptationSettings", "FmaSettings",
+           "LstmSettings", "FinetuneSettings", "ApproxSettings", "MixSettings", "CoordinateSearchSettings",
+           "EvalSettings", "load_anon_config", "run_anon", "split_meetings", "draw_adaptation_sets", "SYSTEMS",
            "export_first_pass_arpa"]
 
-_TOP = ("name", "seed", "data", "ner", "pool", "adaptation", "order", "fma", "lstm", "approx", "mix", "primary",
-        "search", "eval", "cache_dir", "export_arpa")
 SYSTEMS = ("wc", "wc_m3", "wc_m4")
 """The interpolated systems of Table 4: word + class, + adapted M3, + fine-tuned M4 (``primary`` is one)."""
 _FALLBACK = (0.5, 1.0, 1.5)  # lmplz --discount_fallback: only where the closed-form discounts fail (tiny data)
 
 
 # ------------------------------------------------------------------------------------------------ config
-
-
-@dataclass(frozen=True)
-class AnonRunConfig:
-    """A validated anonymised-LM experiment config (:func:`load_anon_config`); ``raw`` is the resolved dict."""
-
-    name: str
-    seed: int
-    transcripts: Path
-    dev: Path
-    test: Path
-    ner: str
-    pool_fraction: float
-    sizes: tuple[float, ...]
-    mix_size: float
-    order: int
-    betas: tuple[float, ...]
-    mu: float
-    lstm: dict[str, Any]
-    approx_topk: int
-    mix_weights: dict[str, float] | None
-    primary: str
-    search: Any
-    bootstrap_resamples: int
-    cache_dir: Path | None
-    raw: Mapping[str, Any] = field(repr=False)
-    approx_method: str = "overwrite"
-    export_arpa: bool = False
 
 
 def _fraction(v: Any, where: str, *, closed: bool = True) -> float:
@@ -140,11 +152,274 @@ def _fraction(v: Any, where: str, *, closed: bool = True) -> float:
     return float(v)
 
 
+def _open_fraction(v: Any, where: str) -> float:
+    return _fraction(v, where, closed=False)
+
+
+def _sizes(v: Any, where: str) -> list[float]:
+    """The adaptation sizes: a non-empty list of fractions in (0, 1], sorted, duplicates dropped."""
+    if not isinstance(v, list | tuple) or not v:
+        raise ConfigError(f"config key {where!r} is {v!r}", expected="a non-empty list of fractions")
+    return sorted({_fraction(s, where) for s in v})
+
+
+def _betas(v: Any, where: str) -> list[float]:
+    if not isinstance(v, list | tuple) or not v:
+        raise ConfigError(f"config key {where!r} is {v!r}", expected="a non-empty list of numbers >= 0")
+    for b in v:
+        if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or b < 0:
+            raise ConfigError(f"config key {where!r} holds {b!r}", expected="numbers >= 0")
+    return [float(b) for b in v]
+
+
+def _mu(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"config key {where!r} is {v!r}", expected="a number > 0")
+    return float(v)
+
+
+def _mix_weights(v: Any, where: str) -> dict[str, float] | None:
+    """eq. 2's ``lw``, ``lc``, ``ln`` as ``{word, class, neural}`` (``None``: EM on the dev text)."""
+    if v is None:
+        return None
+    w = check_mapping(v, where, ("word", "class", "neural"))
+    if set(w) != {"word", "class", "neural"}:
+        raise ConfigError(f"config key {where!r} needs word, class and neural",
+                          expected="{word: 0.3, class: 0.7, neural: 0.4} (eq. 2), or null for EM on dev")
+    out = {k: _fraction(x, f"{where}.{k}") if x != 0 else 0.0 for k, x in w.items()}
+    if abs(out["word"] + out["class"] - 1.0) > 1e-9 or out["neural"] >= 1:
+        raise ConfigError(f"config key {where!r}: word + class must be 1 and neural < 1",
+                          expected="eq. 2: (1-ln)(lw P_w + lc P_c) + ln P_n")
+    return out
+
+
+def _prechecked(value: Any, where: str, **checks: Callable[[Any, str], Any]) -> Any:
+    """A section's raw mapping with the given keys (those present) checked and converted by their functions,
+    for rules the field types cannot say (and their established messages); other values pass unchanged."""
+    if not isinstance(value, Mapping):
+        return value
+    return {k: checks[k](v, key_path(where, k)) if k in checks else v for k, v in value.items()}
+
+
+def _neural_models() -> Any:
+    """:mod:`privasr.lm.neural.models` (:class:`ConfigError` naming ``lstm`` without torch)."""
+    try:
+        from privasr.lm.neural import models
+    except ImportError:  # pragma: no cover - torch missing
+        raise ConfigError("config key 'lstm': neural LMs need torch", expected="pip install privasr[neural]") from None
+    return models
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """``data`` (required): the AMI_proprec transcripts folder and the dev and test N-best sets."""
+
+    transcripts: Path = setting(exists="folder")
+    dev: Path = setting(exists="file")
+    test: Path = setting(exists="file")
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        d = check_mapping(value, where, ("transcripts", "dev", "test"))
+        for k in ("transcripts", "dev", "test"):
+            if k not in d:
+                raise ConfigError(f"config key {key_path(where, k)!r} is missing",
+                                  expected="{transcripts: AMI_proprec folder, dev: N-best, test: N-best}")
+        return d
+
+
+@dataclass(frozen=True)
+class NerSettings:
+    """``ner``: the entity detector (a :func:`privasr.anon.ner.load_detector` spec, or ``finetuned``)."""
+
+    model: str = "stock"
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """``pool``: the fraction of the training meetings held out, clean, as the adaptation pool."""
+
+    fraction: float = setting(0.2, gt=0, lt=1)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        return _prechecked(value, where, fraction=_open_fraction)
+
+
+@dataclass(frozen=True)
+class AdaptationSettings:
+    """``adaptation``: the adaptation set sizes, fractions of the anonymised training tokens (sorted)."""
+
+    sizes: tuple[float, ...] = (0.12, 0.15, 0.2)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        return _prechecked(value, where, sizes=_sizes)
+
+
+@dataclass(frozen=True)
+class FmaSettings:
+    """``fma``: the candidate ``beta`` values (chosen by dev perplexity) and the Dirichlet prior ``mu`` of P_A."""
+
+    betas: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    mu: float = setting(1000.0, gt=0)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        return _prechecked(value, where, betas=_betas, mu=_mu)
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """``lstm.finetune``: which layers stay frozen when M4 is fine-tuned on an adaptation set, and its options."""
+
+    freeze: str = "output"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        from privasr.lm.neural.train import FREEZE_CHOICES
+        from privasr.rescore.lms import train_options
+
+        check_str(self.freeze, f"{where}.freeze", FREEZE_CHOICES)
+        train_options(self.options, f"{where}.options")
+
+
+@dataclass(frozen=True)
+class LstmSettings:
+    """``lstm``: M4, an LSTM preset with model overrides, its training options and seed, fine-tuning, scoring."""
+
+    preset: str = "small-lstm-class"
+    model: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    seed: int = setting(0, min=0)
+    finetune: FinetuneSettings = field(default_factory=FinetuneSettings)
+    device: str = "cpu"
+    batch_tokens: int = setting(4096, min=1)
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        from privasr.rescore.lms import train_options
+
+        check_str(self.preset, f"{where}.preset", sorted(_neural_models().PRESETS))
+        try:
+            arch = self.model_config().arch
+        except ConfigError as e:
+            raise ConfigError(f"config key '{where}.model': {e.message}", expected=e.expected) from None
+        if arch != "lstm":
+            raise ConfigError(f"config key '{where}.preset' is {self.preset!r} ({arch})", expected="an LSTM preset")
+        train_options(self.options, f"{where}.options")
+
+    def model_config(self) -> Any:
+        """The :class:`~privasr.lm.neural.models.NeuralLMConfig`: the preset with ``model`` applied."""
+        return _neural_models().NeuralLMConfig.preset(self.preset).replace(**self.model)
+
+    def train_options(self) -> Any:
+        """The :class:`~privasr.lm.neural.train.TrainOptions` of M4's training."""
+        from privasr.lm.neural.train import TrainOptions
+
+        return TrainOptions(**self.options)
+
+    def finetune_options(self) -> Any:
+        """The :class:`~privasr.lm.neural.train.TrainOptions` of the fine-tuning on an adaptation set."""
+        from privasr.lm.neural.train import TrainOptions
+
+        return TrainOptions(**self.finetune.options)
+
+
+@dataclass(frozen=True)
+class ApproxSettings:
+    """``approx``: how M3 approximates M4 (``overwrite`` M1's n-grams, or ``approximate`` with ``topk``)."""
+
+    method: str = setting("overwrite", choices=("overwrite", "approximate"))
+    topk: int = setting(0, min=0)
+
+
+@dataclass(frozen=True)
+class MixSettings:
+    """``mix``: the adaptation size of the eq. 2 interpolation (resolved: the smallest size by default) and its
+    weights ``{word, class, neural}`` (``None``: EM on the dev text)."""
+
+    size: float | None = setting(None, gt=0, max=1)
+    weights: dict[str, float] | None = None
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        return _prechecked(value, where, size=_fraction, weights=_mix_weights)
+
+
+@dataclass(frozen=True)
+class CoordinateSearchSettings:
+    """``search``: coordinate descent of every system's weights on dev WER (ranges: ``lm``, ``word_penalty``)."""
+
+    ranges: dict[str, Any] = field(default_factory=dict)
+    max_rounds: int = setting(20, min=1)
+    coarse_points: int = setting(7, min=2)
+    restarts: int = setting(3, min=0)
+
+    def __config_check__(self, where: str, ctx: Context) -> CoordinateSearchSettings:
+        from privasr.rescore.search import SearchSettings
+
+        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
+        bad = sorted(set(ranges) - {"lm", "word_penalty"})
+        if bad:
+            raise ConfigError(f"config key '{where}.ranges.{bad[0]}' is not a parameter",
+                              expected="lm (every LM weight) and word_penalty")
+        return dataclasses.replace(self, ranges=ranges)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """``eval``: the paired bootstrap of ``wer`` against ``wer_baseline``."""
+
+    bootstrap_resamples: int = setting(1000, min=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnonRunConfig:
+    """An anonymised-LM experiment config (module docstring), validated by :func:`load_anon_config`."""
+
+    name: str = "anon"
+    seed: int = setting(0, min=0)
+    data: DataSettings
+    ner: NerSettings = field(default_factory=NerSettings)
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    adaptation: AdaptationSettings = field(default_factory=AdaptationSettings)
+    order: int = setting(3, min=1, max=6)
+    fma: FmaSettings = field(default_factory=FmaSettings)
+    lstm: LstmSettings = field(default_factory=LstmSettings)
+    approx: ApproxSettings = field(default_factory=ApproxSettings)
+    mix: MixSettings = field(default_factory=MixSettings)
+    primary: str = setting("wc_m4", choices=SYSTEMS)
+    search: CoordinateSearchSettings = field(default_factory=CoordinateSearchSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    cache_dir: Path | None = None
+    export_arpa: bool = False
+
+    @property
+    def mix_size(self) -> float:
+        """The adaptation size of the interpolation: ``mix.size``, or the smallest of ``adaptation.sizes``."""
+        return self.mix.size if self.mix.size is not None else self.adaptation.sizes[0]
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        if isinstance(value, Mapping) and "data" not in value:
+            return {**value, "data": None}  # so the error names the missing data.transcripts
+        return value
+
+    def __config_check__(self, where: str, ctx: Context) -> AnonRunConfig:
+        _neural_models()
+        size, sizes = self.mix_size, self.adaptation.sizes
+        if not any(abs(size - s) < 1e-12 for s in sizes):
+            raise ConfigError(f"config key 'mix.size' is {size!r}", expected=f"one of adaptation.sizes {list(sizes)}")
+        return dataclasses.replace(self, mix=dataclasses.replace(self.mix, size=size))
+
+
 def load_anon_config(config: Mapping[str, Any], *, check_files: bool = True) -> AnonRunConfig:
-    """Validate a config (see ``configs/anon-ami.yaml``) before any work starts; unknown keys are errors.
+    """Validate a config (module docstring; ``configs/anon-ami.yaml``) before any work starts; unknown keys,
+    wrong types and bad values are :class:`ConfigError`\\ s naming the key; with ``check_files`` the inputs must
+    exist.
 
     >>> cfg = load_anon_config({"data": {"transcripts": "t", "dev": "d", "test": "x"}}, check_files=False)
-    >>> cfg.sizes, cfg.mix_size, cfg.primary, cfg.lstm["preset"]
+    >>> cfg.adaptation.sizes, cfg.mix.size, cfg.primary, cfg.lstm.preset
     ((0.12, 0.15, 0.2), 0.12, 'wc_m4', 'small-lstm-class')
     >>> load_anon_config({"data": {"transcripts": "t", "dev": "d", "test": "x"}, "pool": {"fraction": 2}},
     ...                  check_files=False)
@@ -152,114 +427,7 @@ def load_anon_config(config: Mapping[str, Any], *, check_files: bool = True) -> 
     ...
     privasr.errors.ConfigError: config key 'pool.fraction' is 2 (expected a fraction in (0, 1))
     """
-    from privasr.lm.neural.train import FREEZE_CHOICES
-    from privasr.rescore.run import (
-        SearchConfig,
-        _int,
-        _mapping,
-        _path,
-        _ranges,
-        _str,
-        _train_options,
-        expand_vars,
-    )
-
-    raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
-    name = _str(raw.get("name", "anon"), "name")
-    seed = _int(raw.get("seed", 0), "seed", 0)
-    data = _mapping(raw.get("data"), "data", ("transcripts", "dev", "test"))
-    for k in ("transcripts", "dev", "test"):
-        if k not in data:
-            raise ConfigError(f"config key 'data.{k}' is missing",
-                              expected="{transcripts: AMI_proprec folder, dev: N-best, test: N-best}")
-    transcripts = _path(data["transcripts"], "data.transcripts", check_files, kind="folder")
-    dev = _path(data["dev"], "data.dev", check_files)
-    test = _path(data["test"], "data.test", check_files)
-    ner = _mapping(raw.get("ner", {}), "ner", ("model",))
-    ner_model = _str(ner.get("model", "stock"), "ner.model")
-    pool = _mapping(raw.get("pool", {}), "pool", ("fraction",))
-    pool_fraction = _fraction(pool.get("fraction", 0.2), "pool.fraction", closed=False)
-    ad = _mapping(raw.get("adaptation", {}), "adaptation", ("sizes",))
-    sizes_raw = ad.get("sizes", [0.12, 0.15, 0.2])
-    if not isinstance(sizes_raw, list | tuple) or not sizes_raw:
-        raise ConfigError(f"config key 'adaptation.sizes' is {sizes_raw!r}", expected="a non-empty list of fractions")
-    sizes = tuple(sorted({_fraction(s, "adaptation.sizes") for s in sizes_raw}))
-    order = _int(raw.get("order", 3), "order", 1, 6)
-    fma = _mapping(raw.get("fma", {}), "fma", ("betas", "mu"))
-    betas_raw = fma.get("betas", [0.25, 0.5, 0.75, 1.0])
-    if not isinstance(betas_raw, list | tuple) or not betas_raw:
-        raise ConfigError(f"config key 'fma.betas' is {betas_raw!r}", expected="a non-empty list of numbers >= 0")
-    betas = []
-    for b in betas_raw:
-        if isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b) or b < 0:
-            raise ConfigError(f"config key 'fma.betas' holds {b!r}", expected="numbers >= 0")
-        betas.append(float(b))
-    mu = fma.get("mu", 1000.0)
-    if isinstance(mu, bool) or not isinstance(mu, int | float) or not math.isfinite(mu) or mu <= 0:
-        raise ConfigError(f"config key 'fma.mu' is {mu!r}", expected="a number > 0")
-    lstm = _mapping(raw.get("lstm", {}), "lstm", ("preset", "model", "options", "seed", "finetune", "device",
-                                                  "batch_tokens"))
-    try:
-        from privasr.lm.neural.models import PRESETS, NeuralLMConfig
-    except ImportError:  # pragma: no cover - torch missing
-        raise ConfigError("config key 'lstm': neural LMs need torch", expected="pip install privasr[neural]") from None
-    preset = _str(lstm.get("preset", "small-lstm-class"), "lstm.preset", sorted(PRESETS))
-    model = _mapping(lstm.get("model", {}), "lstm.model")
-    try:
-        arch = NeuralLMConfig.preset(preset).replace(**model).arch
-    except ConfigError as e:
-        raise ConfigError(f"config key 'lstm.model': {e.message}", expected=e.expected) from None
-    if arch != "lstm":
-        raise ConfigError(f"config key 'lstm.preset' is {preset!r} ({arch})", expected="an LSTM preset")
-    options = _mapping(lstm.get("options", {}), "lstm.options")
-    _train_options(options, "lstm.options")
-    ft = _mapping(lstm.get("finetune", {}), "lstm.finetune", ("freeze", "options"))
-    freeze = _str(ft.get("freeze", "output"), "lstm.finetune.freeze", FREEZE_CHOICES)
-    ft_options = _mapping(ft.get("options", {}), "lstm.finetune.options")
-    _train_options(ft_options, "lstm.finetune.options")
-    lstm_cfg = {"preset": preset, "model": model, "options": options, "seed": _int(lstm.get("seed", 0), "lstm.seed", 0),
-                "freeze": freeze, "finetune_options": ft_options,
-                "device": _str(lstm.get("device", "cpu"), "lstm.device"),
-                "batch_tokens": _int(lstm.get("batch_tokens", 4096), "lstm.batch_tokens", 1)}
-    approx = _mapping(raw.get("approx", {}), "approx", ("method", "topk"))
-    approx_method = _str(approx.get("method", "overwrite"), "approx.method", ("overwrite", "approximate"))
-    topk = _int(approx.get("topk", 0), "approx.topk", 0)
-    mix = _mapping(raw.get("mix", {}), "mix", ("size", "weights"))
-    mix_size = _fraction(mix.get("size", sizes[0]), "mix.size")
-    if not any(abs(mix_size - s) < 1e-12 for s in sizes):
-        raise ConfigError(f"config key 'mix.size' is {mix_size!r}", expected=f"one of adaptation.sizes {list(sizes)}")
-    weights = mix.get("weights")
-    mix_weights = None
-    if weights is not None:
-        w = _mapping(weights, "mix.weights", ("word", "class", "neural"))
-        if set(w) != {"word", "class", "neural"}:
-            raise ConfigError("config key 'mix.weights' needs word, class and neural",
-                              expected="{word: 0.3, class: 0.7, neural: 0.4} (eq. 2), or null for EM on dev")
-        mix_weights = {k: _fraction(v, f"mix.weights.{k}") if v != 0 else 0.0 for k, v in w.items()}
-        if abs(mix_weights["word"] + mix_weights["class"] - 1.0) > 1e-9 or mix_weights["neural"] >= 1:
-            raise ConfigError("config key 'mix.weights': word + class must be 1 and neural < 1",
-                              expected="eq. 2: (1-ln)(lw P_w + lc P_c) + ln P_n")
-    primary = _str(raw.get("primary", "wc_m4"), "primary", SYSTEMS)
-    s = _mapping(raw.get("search", {}), "search", ("ranges", "max_rounds", "coarse_points", "restarts"))
-    ranges = _ranges(s.get("ranges", {}))
-    bad = sorted(set(ranges) - {"lm", "word_penalty"})
-    if bad:
-        raise ConfigError(f"config key 'search.ranges.{bad[0]}' is not a parameter",
-                          expected="lm (every LM weight) and word_penalty")
-    search = SearchConfig(method="coordinate", ranges=ranges,
-                          max_rounds=_int(s.get("max_rounds", 20), "search.max_rounds", 1),
-                          coarse_points=_int(s.get("coarse_points", 7), "search.coarse_points", 2),
-                          restarts=_int(s.get("restarts", 3), "search.restarts", 0))
-    ev = _mapping(raw.get("eval", {}), "eval", ("bootstrap_resamples",))
-    resamples = _int(ev.get("bootstrap_resamples", 1000), "eval.bootstrap_resamples", 1)
-    cache = raw.get("cache_dir")
-    cache_dir = Path(expand_vars(_str(cache, "cache_dir"))) if cache is not None else None
-    export = raw.get("export_arpa", False)
-    if not isinstance(export, bool):
-        raise ConfigError(f"config key 'export_arpa' is {export!r}", expected="true or false")
-    return AnonRunConfig(name, seed, transcripts, dev, test, ner_model, pool_fraction, sizes, mix_size, order,
-                         tuple(betas), float(mu), lstm_cfg, topk, mix_weights, primary, search, resamples, cache_dir,
-                         raw, approx_method, export)
+    return from_mapping(AnonRunConfig, config, "", Context(check_files))
 
 
 # ------------------------------------------------------------------------------------------------ texts
@@ -471,47 +639,93 @@ def _pct_name(size: float) -> str:
     return f"{round(100 * size):d}"
 
 
-def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
-             argv: Sequence[str] | None = None, progress: Any = None) -> dict[str, Any]:
-    """Run a validated config; write ``out/results.json`` and ``out/report.md``; return the metrics.
 
-    ``detector`` (anything with ``detect(sentences) -> list[list[EntitySpan]]``) replaces the one the config's
-    ``ner.model`` names; ``progress`` (a callable taking a string) hears about each stage.
-    """
+# ------------------------------------------------------------------------------------------------ stages
 
-    def say(msg: str) -> None:
-        if progress is not None:
-            progress(f"[{time.perf_counter() - t_start:7.1f}s] {msg}")
 
-    from privasr.anon.transform import Anonymizer
+class _Clock:
+    """The stage timings (the ``*_s`` metrics) and progress lines with the time since the start."""
+
+    def __init__(self, progress: Callable[[str], Any] | None) -> None:
+        self.progress = progress
+        self.start = time.perf_counter()
+        self.timings: dict[str, float] = {}
+
+    def say(self, msg: str) -> None:
+        if self.progress is not None:
+            self.progress(f"[{time.perf_counter() - self.start:7.1f}s] {msg}")
+
+    def timed(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        res = fn(*args)
+        self.timings[name] = time.perf_counter() - t0
+        return res
+
+
+@dataclass
+class _Data:
+    """The training split's turns (the anonymised part) and the clean pool, the dev text, the N-best sets."""
+
+    norm: Any
+    all_turns: int
+    train_meetings: list[str]
+    pool_meetings: list[str]
+    train_turns: list[Any]
+    pool: dict[str, list[tuple[str, ...]]]
+    dev_text: list[tuple[str, ...]]
+    dev_nb: list[Any]
+    test_nb: list[Any]
+    test_refs: list[tuple[str, ...]]
+
+
+@dataclass
+class _Texts:
+    """The transformed training texts (original, surrogate, tagged), the adaptation sets, the entity counts."""
+
+    turns: list[Any]
+    original: list[tuple[str, ...]]
+    surrogate: list[tuple[str, ...]]
+    tagged: list[tuple[str, ...]]
+    adapt: dict[float, list[tuple[str, ...]]]
+    entity_counts: Counter[str]
+    detector: str
+
+    @property
+    def by_column(self) -> dict[str, list[tuple[str, ...]]]:
+        """The training text of each column of Table 2: ``anon`` (surrogates) and ``orig``."""
+        return {"anon": self.surrogate, "orig": self.original}
+
+
+@dataclass
+class _Models:
+    """Every model by name (scored through :class:`_Memo` once built), the n-gram models FMA rewrites (M2: the
+    class n-gram), M4's checkpoints with their cache keys, and what adaptation and interpolation chose."""
+
+    store: _Store
+    lms: dict[str, Any] = field(default_factory=dict)
+    bases: dict[str, Any] = field(default_factory=dict)
+    checkpoints: dict[str, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    fma: dict[str, Any] = field(default_factory=dict)
+    mix: dict[str, Any] = field(default_factory=dict)
+
+
+def load_data(cfg: AnonRunConfig) -> _Data:
+    """Stage 1: the AMI_proprec train split cut into training meetings and the clean pool, the dev text, and the
+    dev and test N-best sets (references and am scores required, meetings outside the training split)."""
     from privasr.corpus.formats.ami_hmnet import read_ami_hmnet
     from privasr.corpus.load import load_nbest
     from privasr.corpus.phonetics import load_cmudict
-    from privasr.lm.adapt.fma import adaptation_unigram, fma_rewrite, text_unigram
-    from privasr.lm.base import closed_vocab_perplexity
-    from privasr.lm.mix import LinearMix, estimate_weights
-    from privasr.lm.ngram.class_lm import ClassNgramModel, train_class_lm
-    from privasr.lm.ngram.mkn import train_mkn
-    from privasr.results import write_results
     from privasr.text.normalize import Normalizer
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    cache = cfg.cache_dir if cfg.cache_dir is not None else out / "cache"
-    store = _Store(cache)
-
-    # ---- data
-    t0 = time.perf_counter()
-    train_dir, dev_dir = cfg.transcripts / "train", cfg.transcripts / "dev"
+    transcripts = cfg.data.transcripts
+    train_dir, dev_dir = transcripts / "train", transcripts / "dev"
     for d in (train_dir, dev_dir):
         if not d.is_dir():
             raise InputError("no such AMI_proprec split folder", path=d, expected="train/ and dev/ sub-folders")
     norm = Normalizer.preset("ami", vocabulary=frozenset(load_cmudict()))
     all_train = list(read_ami_hmnet(train_dir))
     meetings = [t.client or "" for t in all_train]
-    train_meetings, pool_meetings = split_meetings(meetings, cfg.pool_fraction, cfg.seed)
+    train_meetings, pool_meetings = split_meetings(meetings, cfg.pool.fraction, cfg.seed)
     train_set = set(train_meetings)
     train_turns = [t for t in all_train if (t.client or "") in train_set]
     pool: dict[str, list[tuple[str, ...]]] = {}
@@ -521,226 +735,261 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
             if w:
                 pool.setdefault(t.client or "", []).append(w)
     dev_text = [w for w in (norm(t.words) for t in read_ami_hmnet(dev_dir)) if w]
-    dev_nb = load_nbest(cfg.dev, None)
-    test_nb = load_nbest(cfg.test, None)
-    for name, recs in (("dev", dev_nb), ("test", test_nb)):
-        for nb in recs:
-            if nb.ref is None:
-                raise InputError(f"{name} utterance {nb.utt_id} has no reference", path=cfg.dev if name == "dev"
-                                 else cfg.test, expected="references (WER is tuned on dev and measured on test)")
-            if any("am" not in h.scores for h in nb.hyps):
-                raise InputError(f"{name} utterance {nb.utt_id} has a hypothesis without an am score",
-                                 expected="am scores (the first-pass LM score is replaced by the new LMs)")
-        clash = sorted({nb.client for nb in recs if nb.client} & set(meetings))
-        if clash:
-            raise InputError(f"the {name} N-best meetings include training meeting {clash[0]}",
-                             expected="N-best sets from meetings outside the training split")
-    test_refs = [tuple(nb.ref or ()) for nb in test_nb]
-    timings["data_s"] = time.perf_counter() - t0
+    dev_nb = load_nbest(cfg.data.dev, None)
+    test_nb = load_nbest(cfg.data.test, None)
+    _check_nbest("dev", dev_nb, cfg.data.dev, meetings)
+    _check_nbest("test", test_nb, cfg.data.test, meetings)
+    return _Data(norm, len(all_train), train_meetings, pool_meetings, train_turns, pool, dev_text, dev_nb, test_nb,
+                 [tuple(nb.ref or ()) for nb in test_nb])
 
-    say(f"data: {len(all_train)} train turns, {len(pool_meetings)} pool meetings; entity detection")
-    # ---- entities and the transformed texts
-    t0 = time.perf_counter()
+
+def _check_nbest(name: str, recs: Sequence[Any], path: Path, meetings: Sequence[str]) -> None:
+    for nb in recs:
+        if nb.ref is None:
+            raise InputError(f"{name} utterance {nb.utt_id} has no reference", path=path,
+                             expected="references (WER is tuned on dev and measured on test)")
+        if any("am" not in h.scores for h in nb.hyps):
+            raise InputError(f"{name} utterance {nb.utt_id} has a hypothesis without an am score",
+                             expected="am scores (the first-pass LM score is replaced by the new LMs)")
+    clash = sorted({nb.client for nb in recs if nb.client} & set(meetings))
+    if clash:
+        raise InputError(f"the {name} N-best meetings include training meeting {clash[0]}",
+                         expected="N-best sets from meetings outside the training split")
+
+
+def detect_entities(cfg: AnonRunConfig, data: _Data, detector: Any, cache: Path) -> tuple[list[list[Any]], str]:
+    """Stage 2: the entity spans of every training turn (``detector``, else the config's ``ner.model``) and the
+    detector's name."""
     if detector is None:
-        detector, det_name = _load_detector(cfg.ner)
+        detector, det_name = _load_detector(cfg.ner.model)
     else:
         det_name = str(getattr(detector, "name", type(detector).__qualname__))
-    spans = _detect(detector, det_name, train_turns, cache)
-    timings["ner_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    turns = build_turn_texts(train_turns, spans, Anonymizer("surrogate", cfg.seed), norm)
-    orig_text = [t.original for t in turns]
+    return _detect(detector, det_name, data.train_turns, cache), det_name
+
+
+def build_texts(cfg: AnonRunConfig, data: _Data, spans: Sequence[Sequence[Any]], det_name: str) -> _Texts:
+    """Stage 3: the original, surrogate and tagged training texts, and the adaptation sets from the clean pool."""
+    from privasr.anon.transform import Anonymizer
+
+    turns = build_turn_texts(data.train_turns, spans, Anonymizer("surrogate", cfg.seed), data.norm)
     sur_text = [t.surrogate for t in turns]
-    tag_text = [t.tagged for t in turns]
-    train_tokens = sum(map(len, sur_text))
-    adapt = draw_adaptation_sets(pool, train_tokens, cfg.sizes, cfg.seed)
+    adapt = draw_adaptation_sets(data.pool, sum(map(len, sur_text)), cfg.adaptation.sizes, cfg.seed)
     ent_counts = Counter(lab for t in turns for lab in t.labels if lab is not None)
-    entity_words = {w for t in turns for w in t.original_members}
-    timings["texts_s"] = time.perf_counter() - t0
-    data_info = {
-        "train_meetings": len(train_meetings), "pool_meetings": pool_meetings, "train_turns": len(turns),
-        "train_tokens": train_tokens, "original_tokens": sum(map(len, orig_text)),
-        "entity_tokens": dict(sorted(ent_counts.items())), "entity_types": len(entity_words),
-        "pool_tokens": sum(len(s) for v in pool.values() for s in v),
+    return _Texts(turns, [t.original for t in turns], sur_text, [t.tagged for t in turns], adapt, ent_counts,
+                  det_name)
+
+
+def _data_info(data: _Data, texts: _Texts) -> dict[str, Any]:
+    """results.json's ``data_info``: the sizes of the splits, texts and adaptation sets, the entity counts."""
+    ent_counts, adapt = texts.entity_counts, texts.adapt
+    return {
+        "train_meetings": len(data.train_meetings), "pool_meetings": data.pool_meetings,
+        "train_turns": len(texts.turns), "train_tokens": sum(map(len, texts.surrogate)),
+        "original_tokens": sum(map(len, texts.original)),
+        "entity_tokens": dict(sorted(ent_counts.items())),
+        "entity_types": len({w for t in texts.turns for w in t.original_members}),
+        "pool_tokens": sum(len(s) for v in data.pool.values() for s in v),
         "adaptation_tokens": {_pct_name(s): sum(map(len, a)) for s, a in adapt.items()},
         "adaptation_turns": {_pct_name(s): len(a) for s, a in adapt.items()},
-        "dev_text_sentences": len(dev_text), "dev_text_tokens": sum(map(len, dev_text)),
-        "dev_utterances": len(dev_nb), "test_utterances": len(test_nb), "detector": det_name,
+        "dev_text_sentences": len(data.dev_text), "dev_text_tokens": sum(map(len, data.dev_text)),
+        "dev_utterances": len(data.dev_nb), "test_utterances": len(data.test_nb), "detector": texts.detector,
         "entity_word_tokens": sum(ent_counts.values()),
     }
 
-    say(f"texts built: {train_tokens} anonymised training tokens, entities {dict(ent_counts)}; n-grams")
-    # ---- Stage (a): M1-M4 on the anonymised and on the original text
-    t0 = time.perf_counter()
-    texts = {"anon": sur_text, "orig": orig_text}
-    lms: dict[str, Any] = {}
-    bases: dict[str, Any] = {}  # n-gram models FMA rewrites (M2: the class n-gram)
-    cmaps = {"anon": entity_class_map(turns, "surrogate"), "orig": entity_class_map(turns, "original")}
-    for col, text in texts.items():
+
+def train_ngrams(cfg: AnonRunConfig, texts: _Texts, models: _Models) -> None:
+    """Stage 4 (Stage a): M1 (MKN word n-gram) and M2 (class n-gram) on the anonymised and the original text."""
+    from privasr.lm.ngram.class_lm import ClassNgramModel, train_class_lm
+    from privasr.lm.ngram.mkn import train_mkn
+
+    store, tag_text = models.store, texts.tagged
+    cmaps = {"anon": entity_class_map(texts.turns, "surrogate"), "orig": entity_class_map(texts.turns, "original")}
+    for col, text in texts.by_column.items():
         m1 = store.ngram(f"m1_{col}", {"text": _text_sha(text), "order": cfg.order},
                          lambda text=text: train_mkn(text, cfg.order, discount_fallback=_FALLBACK))
-        bases[f"m1_{col}"] = m1
-        lms[f"m1_{col}"] = m1
+        models.bases[f"m1_{col}"] = m1
+        models.lms[f"m1_{col}"] = m1
         cm = cmaps[col]
         cls_key = {"text": _text_sha(tag_text), "classes": _sha({c: cm.expansions[c] for c in cm.classes}),
                    "order": cfg.order}
         c_ng = store.ngram(f"m2class_{col}", cls_key,
                            lambda cm=cm: train_class_lm(tag_text, cm, cfg.order, member_probs="file",
-                                                            discount_fallback=_FALLBACK).class_lm)
-        m2 = ClassNgramModel(c_ng, cm, {c: cm.file_probs(c) for c in cm.classes})
-        bases[f"m2_{col}"] = c_ng
-        lms[f"m2_{col}"] = m2
-    timings["ngram_s"] = time.perf_counter() - t0
+                                                        discount_fallback=_FALLBACK).class_lm)
+        models.bases[f"m2_{col}"] = c_ng
+        models.lms[f"m2_{col}"] = ClassNgramModel(c_ng, cm, {c: cm.file_probs(c) for c in cm.classes})
 
-    say("LSTMs (M4)")
-    t0 = time.perf_counter()
-    from privasr.lm.neural.models import NeuralLMConfig
+
+def _neural_lm(cfg: AnonRunConfig, ck: Any) -> Any:
+    """A checkpoint as a scorer (the config's device and batch size, ``<unk>`` spread over unknown words)."""
     from privasr.lm.neural.scorer import NeuralLM
-    from privasr.lm.neural.train import TrainOptions, set_num_threads, train_lm
 
-    del set_num_threads  # threads follow OMP_NUM_THREADS / torch defaults
+    return NeuralLM(ck.model, ck.vocab, device=cfg.lstm.device, batch_tokens=cfg.lstm.batch_tokens, spread_unk=True)
+
+
+def train_lstms(cfg: AnonRunConfig, data: _Data, texts: _Texts, models: _Models) -> None:
+    """Stage 5 (Stage a): M4, the LSTM, on each training text (early stopping on the dev text). Threads follow
+    ``OMP_NUM_THREADS`` / torch's defaults."""
+    from privasr.lm.neural.train import train_lm
+
     lc = cfg.lstm
-    ncfg = NeuralLMConfig.preset(lc["preset"]).replace(**lc["model"])
-    opts = TrainOptions(**lc["options"])
-    ft_opts = TrainOptions(**lc["finetune_options"])
+    ncfg, opts, dev_text = lc.model_config(), lc.train_options(), data.dev_text
     dev_sha = _text_sha(dev_text)
-    ckpts: dict[str, Any] = {}
-
-    def neural_lm(ck: Any) -> Any:
-        return NeuralLM(ck.model, ck.vocab, device=lc["device"], batch_tokens=lc["batch_tokens"], spread_unk=True)
-
-    for col, text in texts.items():
+    for col, text in texts.by_column.items():
         key = {"text": _text_sha(text), "valid": dev_sha, "model": ncfg.to_dict(), "options": opts.to_dict(),
-               "seed": lc["seed"]}
-        ck = store.neural(f"m4_{col}", key, lambda text=text: train_lm(
-            text, dev_text, ncfg, opts, seed=lc["seed"], device=lc["device"], progress=False), lc["device"])
-        ckpts[f"m4_{col}"] = (ck, key)
-        lms[f"m4_{col}"] = neural_lm(ck)
-    timings["lstm_s"] = time.perf_counter() - t0
-    say("n-gram approximations (M3)")
-    t0 = time.perf_counter()
+               "seed": lc.seed}
+        ck = models.store.neural(f"m4_{col}", key, lambda text=text: train_lm(
+            text, dev_text, ncfg, opts, seed=lc.seed, device=lc.device, progress=False), lc.device)
+        models.checkpoints[f"m4_{col}"] = (ck, key)
+        models.lms[f"m4_{col}"] = _neural_lm(cfg, ck)
+
+
+def approximate_lstms(cfg: AnonRunConfig, texts: _Texts, models: _Models) -> None:
+    """Stage 6 (Stage a): M3, the n-gram approximation of M4 on its training text (``approx.method``)."""
     from privasr.lm.neural.approx import approximate_ngram, overwrite_ngram
 
-    for col, text in texts.items():
-        m4 = lms[f"m4_{col}"]
-        key = {"m4": ckpts[f"m4_{col}"][1], "text": _text_sha(text), "order": cfg.order,
-               "method": cfg.approx_method}
-        if cfg.approx_method == "overwrite":
+    store, bases, batch_tokens = models.store, models.bases, cfg.lstm.batch_tokens
+    for col, text in texts.by_column.items():
+        m4 = models.lms[f"m4_{col}"]
+        key = {"m4": models.checkpoints[f"m4_{col}"][1], "text": _text_sha(text), "order": cfg.order,
+               "method": cfg.approx.method}
+        if cfg.approx.method == "overwrite":
             key["base"] = store.info[f"m1_{col}"].get("arpa")
             m3 = store.ngram(f"m3_{col}", key, lambda m4=m4, text=text, col=col: overwrite_ngram(
-                m4, bases[f"m1_{col}"], text, batch_tokens=lc["batch_tokens"]))
+                m4, bases[f"m1_{col}"], text, batch_tokens=batch_tokens))
         else:
-            key["topk"] = cfg.approx_topk
+            key["topk"] = cfg.approx.topk
             m3 = store.ngram(f"m3_{col}", key, lambda m4=m4, text=text: approximate_ngram(
-                m4, text, cfg.order, topk=cfg.approx_topk, batch_tokens=lc["batch_tokens"]))
+                m4, text, cfg.order, topk=cfg.approx.topk, batch_tokens=batch_tokens))
         bases[f"m3_{col}"] = m3
-        lms[f"m3_{col}"] = m3
-    timings["approx_s"] = time.perf_counter() - t0
-    for k in list(lms):
-        lms[k] = _Memo(lms[k])
+        models.lms[f"m3_{col}"] = m3
 
-    say("FMA")
-    # ---- Stage (b): FMA of M1, M2, M3 and fine-tuning of M4 on each adaptation set
-    t0 = time.perf_counter()
-    fma_info: dict[str, Any] = {}
-    m2a: ClassNgramModel = lms["m2_anon"].lm
-    base_text = {"m1": sur_text, "m3": sur_text, "m2": [m2a.map_words(s) for s in tag_text]}
-    base_uni = {m: text_unigram(base_text[m], bases[f"{m}_anon"], k=0.5) for m in ("m1", "m2", "m3")}
-    for size, a_text in adapt.items():
-        p = _pct_name(size)
+
+def adapt_ngrams(cfg: AnonRunConfig, data: _Data, texts: _Texts, models: _Models) -> None:
+    """Stage 7 (Stage b): FMA of M1, M2 and M3 on each adaptation set, ``beta`` chosen by dev perplexity."""
+    from privasr.lm.adapt.fma import text_unigram
+
+    m2a = models.lms["m2_anon"].lm
+    sur_text = texts.surrogate
+    base_text = {"m1": sur_text, "m3": sur_text, "m2": [m2a.map_words(s) for s in texts.tagged]}
+    base_uni = {m: text_unigram(base_text[m], models.bases[f"{m}_anon"], k=0.5) for m in ("m1", "m2", "m3")}
+    for size, a_text in texts.adapt.items():
         for m in ("m1", "m2", "m3"):
-            base = bases[f"{m}_anon"]
-            a_sents = [m2a.map_words(s) for s in a_text] if m == "m2" else a_text
-            known = set(base.vocab)
-            a_sents = [[w for w in s if w in known] for s in a_sents]
-            pa = _neutral_unk(adaptation_unigram(a_sents, base, mu=cfg.mu, base_unigram=base_uni[m]), base_uni[m])
-            trace = []
-            for beta in cfg.betas:
-                ad = fma_rewrite(base, pa, beta, base_unigram=base_uni[m])
-                cand = ClassNgramModel(ad, m2a.classes, m2a.member_probs) if m == "m2" else ad
-                trace.append({"beta": beta, "dev_ppl": closed_vocab_perplexity(cand, dev_text)})
-            best = min(trace, key=lambda r: (r["dev_ppl"], r["beta"]))
-            key = {"base": store.info[f"{m}class_anon" if m == "m2" else f"{m}_anon"].get("arpa"),
-                   "adapt": _text_sha(a_text), "beta": best["beta"], "mu": cfg.mu, "unk": "neutral"}
-            ad = store.ngram(f"{m}_fma{p}", key, lambda base=base, pa=pa, b=best["beta"], m=m:
-                             fma_rewrite(base, pa, b, base_unigram=base_uni[m]))
-            lms[f"{m}_fma{p}"] = _Memo(ClassNgramModel(ad, m2a.classes, m2a.member_probs) if m == "m2" else ad)
-            fma_info[f"{m}_fma{p}"] = {"beta": best["beta"], "beta_trace": trace}
-    timings["fma_s"] = time.perf_counter() - t0
-    say("fine-tuning M4")
-    t0 = time.perf_counter()
-    ck_anon, key_anon = ckpts["m4_anon"]
-    for size, a_text in adapt.items():
-        p = _pct_name(size)
-        key = {"init": key_anon, "adapt": _text_sha(a_text), "valid": dev_sha, "options": ft_opts.to_dict(),
-               "freeze": lc["freeze"], "seed": lc["seed"]}
-        ck = store.neural(f"m4_ft{p}", key, lambda a_text=a_text: train_lm(
-            a_text, dev_text, None, ft_opts, init=ck_anon, freeze=lc["freeze"], seed=lc["seed"],
-            device=lc["device"], progress=False), lc["device"])
-        lms[f"m4_ft{p}"] = _Memo(neural_lm(ck))
-    timings["finetune_s"] = time.perf_counter() - t0
+            _fma_one(cfg, data, models, m, _pct_name(size), a_text, base_uni[m])
 
-    say("interpolation weights")
-    # ---- interpolation (eq. 2) at mix.size
-    t0 = time.perf_counter()
+
+def _fma_one(cfg: AnonRunConfig, data: _Data, models: _Models, m: str, p: str, a_text: Sequence[Sequence[str]],
+             base_uni: Mapping[str, float]) -> None:
+    """FMA of model ``m`` (``m1``, ``m2``, ``m3``) on the adaptation set ``a_text`` of size ``p`` (percent)."""
+    from privasr.lm.adapt.fma import adaptation_unigram, fma_rewrite
+    from privasr.lm.base import closed_vocab_perplexity
+    from privasr.lm.ngram.class_lm import ClassNgramModel
+
+    m2a: ClassNgramModel = models.lms["m2_anon"].lm
+    base = models.bases[f"{m}_anon"]
+    a_sents = [m2a.map_words(s) for s in a_text] if m == "m2" else a_text
+    known = set(base.vocab)
+    a_sents = [[w for w in s if w in known] for s in a_sents]
+    pa = _neutral_unk(adaptation_unigram(a_sents, base, mu=cfg.fma.mu, base_unigram=base_uni), base_uni)
+    trace = []
+    for beta in cfg.fma.betas:
+        ad = fma_rewrite(base, pa, beta, base_unigram=base_uni)
+        cand = ClassNgramModel(ad, m2a.classes, m2a.member_probs) if m == "m2" else ad
+        trace.append({"beta": beta, "dev_ppl": closed_vocab_perplexity(cand, data.dev_text)})
+    best = min(trace, key=lambda r: (r["dev_ppl"], r["beta"]))
+    key = {"base": models.store.info[f"{m}class_anon" if m == "m2" else f"{m}_anon"].get("arpa"),
+           "adapt": _text_sha(a_text), "beta": best["beta"], "mu": cfg.fma.mu, "unk": "neutral"}
+    ad = models.store.ngram(f"{m}_fma{p}", key, lambda: fma_rewrite(base, pa, best["beta"], base_unigram=base_uni))
+    models.lms[f"{m}_fma{p}"] = _Memo(ClassNgramModel(ad, m2a.classes, m2a.member_probs) if m == "m2" else ad)
+    models.fma[f"{m}_fma{p}"] = {"beta": best["beta"], "beta_trace": trace}
+
+
+def finetune_lstms(cfg: AnonRunConfig, data: _Data, texts: _Texts, models: _Models) -> None:
+    """Stage 8 (Stage b): M4 (anonymised) fine-tuned on each adaptation set with frozen layers."""
+    from privasr.lm.neural.train import train_lm
+
+    lc, dev_text = cfg.lstm, data.dev_text
+    ft_opts = lc.finetune_options()
+    ck_anon, key_anon = models.checkpoints["m4_anon"]
+    for size, a_text in texts.adapt.items():
+        p = _pct_name(size)
+        key = {"init": key_anon, "adapt": _text_sha(a_text), "valid": _text_sha(dev_text),
+               "options": ft_opts.to_dict(), "freeze": lc.finetune.freeze, "seed": lc.seed}
+        ck = models.store.neural(f"m4_ft{p}", key, lambda a_text=a_text: train_lm(
+            a_text, dev_text, None, ft_opts, init=ck_anon, freeze=lc.finetune.freeze, seed=lc.seed,
+            device=lc.device, progress=False), lc.device)
+        models.lms[f"m4_ft{p}"] = _Memo(_neural_lm(cfg, ck))
+
+
+def interpolate(cfg: AnonRunConfig, data: _Data, models: _Models) -> None:
+    """Stage 9: the eq. 2 systems at ``mix.size`` (word + class, + adapted M3, + fine-tuned M4), with the
+    config's weights or EM on the dev text."""
+    from privasr.lm.mix import LinearMix, estimate_weights
+
     p = _pct_name(cfg.mix_size)
     comps = {"wc": [f"m1_fma{p}", f"m2_fma{p}"], "wc_m3": [f"m1_fma{p}", f"m2_fma{p}", f"m3_fma{p}"],
              "wc_m4": [f"m1_fma{p}", f"m2_fma{p}", f"m4_ft{p}"]}
-    mix_info: dict[str, Any] = {}
     for sysname, names in comps.items():
-        models = [lms[n] for n in names]
-        if cfg.mix_weights is not None:
-            mw = cfg.mix_weights
+        lms = [models.lms[n] for n in names]
+        if cfg.mix.weights is not None:
+            mw = cfg.mix.weights
             w = [mw["word"], mw["class"]] if len(names) == 2 else [
                 (1 - mw["neural"]) * mw["word"], (1 - mw["neural"]) * mw["class"], mw["neural"]]
-            mix_info[sysname] = {"weights": w, "eq2": eq2_weights(w), "source": "config"}
+            models.mix[sysname] = {"weights": w, "eq2": eq2_weights(w), "source": "config"}
         else:
-            em = estimate_weights(models, dev_text)
+            em = estimate_weights(lms, data.dev_text)
             w = list(em.weights)
-            mix_info[sysname] = {"weights": w, "eq2": eq2_weights(w), "source": "EM on dev text",
-                                 "dev_ppl": em.ppl, "iterations": len(em.iterations)}
-        lms[f"mix_{sysname}"] = _Memo(LinearMix(models, w))
-    timings["mix_s"] = time.perf_counter() - t0
-    arpa_info = None
-    if cfg.export_arpa:
-        say("writing the word ARPA models for first-pass decoding")
-        t0 = time.perf_counter()
-        arpa_info = export_first_pass_arpa(Path(out) / "arpa", lms, bases, mix_info["wc_m3"]["weights"], p)
-        timings["export_arpa_s"] = time.perf_counter() - t0
+            models.mix[sysname] = {"weights": w, "eq2": eq2_weights(w), "source": "EM on dev text",
+                                   "dev_ppl": em.ppl, "iterations": len(em.iterations)}
+        models.lms[f"mix_{sysname}"] = _Memo(LinearMix(lms, w))
 
-    say("perplexities")
-    # ---- perplexities
-    t0 = time.perf_counter()
-    ppl = {n: closed_vocab_perplexity(m, test_refs) for n, m in lms.items()}
-    oov = {n: float(np.mean(np.concatenate([s.oov for s in m.score_batch(test_refs)]))) for n, m in lms.items()}
-    timings["ppl_s"] = time.perf_counter() - t0
 
-    say("rescoring")
-    # ---- rescoring: every system tuned on dev, applied to test
-    t0 = time.perf_counter()
+def perplexities(models: _Models, refs: Sequence[Sequence[str]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Stage 10: every model's test-reference perplexity and OOV rate."""
+    from privasr.lm.base import closed_vocab_perplexity
+
+    lms = models.lms
+    ppl = {n: closed_vocab_perplexity(m, refs) for n, m in lms.items()}
+    oov = {n: float(np.mean(np.concatenate([s.oov for s in m.score_batch(refs)]))) for n, m in lms.items()}
+    return ppl, oov
+
+
+def _systems(cfg: AnonRunConfig) -> dict[str, tuple[str, ...]]:
+    """Every rescoring system and its LMs (M4 rows on top of the word n-gram of the same column or size)."""
     systems: dict[str, tuple[str, ...]] = {}
     for col in ("anon", "orig"):
         for m in ("m1", "m2", "m3"):
             systems[f"{m}_{col}"] = (f"{m}_{col}",)
         systems[f"m4_{col}"] = (f"m1_{col}", f"m4_{col}")
-    for size in cfg.sizes:
+    for size in cfg.adaptation.sizes:
         q = _pct_name(size)
         for m in ("m1", "m2", "m3"):
             systems[f"{m}_fma{q}"] = (f"{m}_fma{q}",)
         systems[f"m4_ft{q}"] = (f"m1_fma{q}", f"m4_ft{q}")
     for sysname in SYSTEMS:
         systems[f"mix_{sysname}"] = (f"mix_{sysname}",)
-    results = _rescore_all(cfg, dev_nb, test_nb, lms, systems)
-    timings["rescore_s"] = time.perf_counter() - t0
+    return systems
 
-    # ---- metrics and tables
+
+def rescore(cfg: AnonRunConfig, data: _Data, models: _Models) -> tuple[dict[str, tuple[str, ...]],
+                                                                        dict[str, dict[str, Any]]]:
+    """Stage 11: every system tuned on the dev lists, applied to the test lists. Returns the systems (name ->
+    LMs) and their results."""
+    systems = _systems(cfg)
+    return systems, _rescore_all(cfg, data.dev_nb, data.test_nb, models.lms, systems)
+
+
+def evaluate(cfg: AnonRunConfig, data: _Data, models: _Models, systems: Mapping[str, tuple[str, ...]],
+             results: Mapping[str, Mapping[str, Any]], ppl: Mapping[str, float],
+             oov: Mapping[str, float]) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Stage 12: the rows (MAPSSWE of every system against ``wer_baseline``), the metrics (the bootstrap and the
+    recovered fraction of the primary system) and Tables 2-4. Returns ``(metrics, rows, tables)``."""
     from privasr.metrics import mapsswe, paired_bootstrap
 
     base_words = results["m1_anon"]["words"]
-    ids = [nb.utt_id for nb in test_nb]
+    ids = [nb.utt_id for nb in data.test_nb]
     rows: dict[str, dict[str, Any]] = {}
     for sysname, r in results.items():
-        mp = mapsswe(test_refs, r["words"], base_words, ids=ids)
+        mp = mapsswe(data.test_refs, r["words"], base_words, ids=ids)
         lm_name = systems[sysname][-1]
         rows[sysname] = {"system": sysname, "lms": list(systems[sysname]), "wer": r["wer"], "ppl": ppl[lm_name],
                          "oov_rate": oov[lm_name], "mapsswe_p_vs_baseline": mp.p,
@@ -749,19 +998,9 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     prim = f"mix_{cfg.primary}"
     w_new, w_base, w_orig = results[prim]["wer_obj"], results["m1_anon"]["wer_obj"], results["m1_orig"]["wer_obj"]
     bs = paired_bootstrap(w_new.utt_errors, w_base.utt_errors, w_new.utt_ref_words, seed=cfg.seed,
-                          resamples=cfg.bootstrap_resamples)
+                          resamples=cfg.eval.bootstrap_resamples)
     lost = w_base.wer - w_orig.wer
     recovered = (w_base.wer - w_new.wer) / lost if lost > 0 else None
-    tables = {
-        "table2": [{"model": m.upper(), "anonymised": rows[f"{m}_anon"], "original": rows[f"{m}_orig"]}
-                   for m in ("m1", "m2", "m3", "m4")],
-        "table3": [{"model": m.upper(), **{_pct_name(s): rows[f"{m}_fma{_pct_name(s)}" if m != "m4"
-                                                             else f"m4_ft{_pct_name(s)}"] for s in cfg.sizes}}
-                   for m in ("m1", "m2", "m3", "m4")],
-        "table4": [{**rows[f"mix_{s}"], **mix_info[s],
-                    "system": {"wc": "M1 + M2", "wc_m3": "M1 + M2 + M3", "wc_m4": "M1 + M2 + M4"}[s]}
-                   for s in SYSTEMS],
-    }
     metrics: dict[str, Any] = {
         "wer": w_new.wer, "wer_baseline": w_base.wer, "wer_original": w_orig.wer,
         "wer_rel_change": (w_new.wer - w_base.wer) / w_base.wer if w_base.wer > 0 else None,
@@ -775,15 +1014,88 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
         "target_met": bool(recovered is not None and recovered >= 0.5),
         "primary": cfg.primary, "bootstrap_ci_low": bs.ci_low, "bootstrap_ci_high": bs.ci_high,
         "bootstrap_prob_improvement": bs.prob_a_better, "wer_first_pass": results["m1_anon"]["wer_first_pass"],
-        "test_utterances": len(test_nb), "test_ref_words": w_new.ref_words,
+        "test_utterances": len(data.test_nb), "test_ref_words": w_new.ref_words,
     }
-    timings["total_s"] = time.perf_counter() - t_start
-    metrics.update(timings)
-    extra = {"tables": tables, "systems": rows, "fma": fma_info, "mix": mix_info, "data_info": data_info,
-             "models": store.info, "ppl_by_lm": ppl, "oov_rate_by_lm": oov, "first_pass_arpa": arpa_info,
+    return metrics, rows, _tables(cfg, rows, models.mix)
+
+
+def _tables(cfg: AnonRunConfig, rows: Mapping[str, Any], mix_info: Mapping[str, Any]) -> dict[str, Any]:
+    """Tables 2 (anonymised vs original), 3 (adaptation sizes) and 4 (interpolations) from the rows."""
+    return {
+        "table2": [{"model": m.upper(), "anonymised": rows[f"{m}_anon"], "original": rows[f"{m}_orig"]}
+                   for m in ("m1", "m2", "m3", "m4")],
+        "table3": [{"model": m.upper(), **{_pct_name(s): rows[f"{m}_fma{_pct_name(s)}" if m != "m4"
+                                                             else f"m4_ft{_pct_name(s)}"]
+                                           for s in cfg.adaptation.sizes}}
+                   for m in ("m1", "m2", "m3", "m4")],
+        "table4": [{**rows[f"mix_{s}"], **mix_info[s],
+                    "system": {"wc": "M1 + M2", "wc_m3": "M1 + M2 + M3", "wc_m4": "M1 + M2 + M4"}[s]}
+                   for s in SYSTEMS],
+    }
+
+
+def _build_models(cfg: AnonRunConfig, data: _Data, texts: _Texts, models: _Models, clock: _Clock) -> None:
+    """Stages 4-9: M1-M4 on both texts, FMA and fine-tuning on every adaptation set, the interpolations."""
+    say, timed = clock.say, clock.timed
+    say(f"texts built: {sum(map(len, texts.surrogate))} anonymised training tokens, entities "
+        f"{dict(texts.entity_counts)}; n-grams")
+    timed("ngram_s", train_ngrams, cfg, texts, models)
+    say("LSTMs (M4)")
+    timed("lstm_s", train_lstms, cfg, data, texts, models)
+    say("n-gram approximations (M3)")
+    timed("approx_s", approximate_lstms, cfg, texts, models)
+    for k in list(models.lms):
+        models.lms[k] = _Memo(models.lms[k])
+    say("FMA")
+    timed("fma_s", adapt_ngrams, cfg, data, texts, models)
+    say("fine-tuning M4")
+    timed("finetune_s", finetune_lstms, cfg, data, texts, models)
+    say("interpolation weights")
+    timed("mix_s", interpolate, cfg, data, models)
+
+
+def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
+             argv: Sequence[str] | None = None, progress: Any = None) -> dict[str, Any]:
+    """Run a validated config; write ``out/results.json`` and ``out/report.md``; return the metrics.
+
+    ``detector`` (anything with ``detect(sentences) -> list[list[EntitySpan]]``) replaces the one the config's
+    ``ner.model`` names; ``progress`` (a callable taking a string) hears about each stage. The stages:
+    :func:`load_data`, :func:`detect_entities`, :func:`build_texts`, the models (:func:`train_ngrams`,
+    :func:`train_lstms`, :func:`approximate_lstms`, :func:`adapt_ngrams`, :func:`finetune_lstms`,
+    :func:`interpolate`), optionally :func:`export_first_pass_arpa`, :func:`perplexities`, :func:`rescore`,
+    :func:`evaluate`, then the results and the report.
+    """
+    from privasr.results import write_results
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = _Clock(progress)
+    cache = cfg.cache_dir if cfg.cache_dir is not None else out / "cache"
+    models = _Models(_Store(cache))
+
+    data = clock.timed("data_s", load_data, cfg)
+    clock.say(f"data: {data.all_turns} train turns, {len(data.pool_meetings)} pool meetings; entity detection")
+    spans, det_name = clock.timed("ner_s", detect_entities, cfg, data, detector, cache)
+    texts = clock.timed("texts_s", build_texts, cfg, data, spans, det_name)
+    _build_models(cfg, data, texts, models, clock)
+    arpa_info = None
+    if cfg.export_arpa:
+        clock.say("writing the word ARPA models for first-pass decoding")
+        arpa_info = clock.timed("export_arpa_s", export_first_pass_arpa, out / "arpa", models.lms, models.bases,
+                                models.mix["wc_m3"]["weights"], _pct_name(cfg.mix_size))
+    clock.say("perplexities")
+    ppl, oov = clock.timed("ppl_s", perplexities, models, data.test_refs)
+    clock.say("rescoring")
+    systems, results = clock.timed("rescore_s", rescore, cfg, data, models)
+    metrics, rows, tables = evaluate(cfg, data, models, systems, results, ppl, oov)
+    clock.timings["total_s"] = time.perf_counter() - clock.start
+    metrics.update(clock.timings)
+    data_info = _data_info(data, texts)
+    extra = {"tables": tables, "systems": rows, "fma": models.fma, "mix": models.mix, "data_info": data_info,
+             "models": models.store.info, "ppl_by_lm": ppl, "oov_rate_by_lm": oov, "first_pass_arpa": arpa_info,
              "command": list(argv) if argv is not None else None}
-    write_results(out, config=dict(cfg.raw), seed=cfg.seed, metrics=metrics,
-                  data={"dev": cfg.dev, "test": cfg.test}, extra=extra)
+    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
+                  data={"dev": cfg.data.dev, "test": cfg.data.test}, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tables, data_info), encoding="utf-8")
     return metrics
 
@@ -845,8 +1157,7 @@ def _rescore_all(cfg: AnonRunConfig, dev: Sequence[Any], test: Sequence[Any], lm
                  systems: Mapping[str, tuple[str, ...]]) -> dict[str, dict[str, Any]]:
     from privasr.metrics import wer
     from privasr.rescore.combine import Combination, LMScoreCache, score_table, select
-    from privasr.rescore.run import default_ranges
-    from privasr.rescore.search import SearchSpace, tune, value_grid
+    from privasr.rescore.search import SearchSpace, default_ranges, tune, value_grid
 
     used = sorted({n for names in systems.values() for n in names})
     caches = {n: LMScoreCache(lms[n]) for n in used}
@@ -906,7 +1217,7 @@ def _report(cfg: AnonRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
         "| model | anonymised | original |", "|---|---|---|"]
     for r in tables["table2"]:
         lines.append(f"| {r['model']} | {_cell(r['anonymised'])} | {_cell(r['original'])} |")
-    sizes = [_pct_name(s) for s in cfg.sizes]
+    sizes = [_pct_name(s) for s in cfg.adaptation.sizes]
     lines += ["", "## Table 3: adaptation on clean data (FMA for M1-M3, fine-tuning for M4)", "",
               "| model | " + " | ".join(f"{s}%" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for r in tables["table3"]:
