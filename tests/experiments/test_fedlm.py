@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from privasr.cli import main  # noqa: E402
+from privasr.config import apply_overrides  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
 from privasr.experiments.fedlm import load_fedlm_config, run_fedlm  # noqa: E402
-from privasr.config import apply_overrides  # noqa: E402
 
 
 @pytest.fixture(scope="module")
