@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from privasr.cli import main  # noqa: E402
+from privasr.config import apply_overrides  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
 from privasr.experiments.fedlm import load_fedlm_config, run_fedlm  # noqa: E402
-from privasr.rescore.run import apply_overrides  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +375,7 @@ def test_earnings21_classifier_config_errors(earnings, corpus, tmp_path):
                                    confidence={"source": "data", "background": "gutenberg"}))
     cfg = load_fedlm_config(_e21_raw(earnings, corpus, tmp_path,
                                      confidence={"source": "classifier", "calibrate_calls": 1}))
-    assert cfg.confidence["background"] == str(corpus / "text" / "background.txt")  # the NNLM's training text
+    assert cfg.confidence.background == str(corpus / "text" / "background.txt")  # the NNLM's training text
 
 
 def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
@@ -388,12 +388,12 @@ def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
 
 @pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp"])
 def test_shipped_configs_validate(name):
-    from privasr.rescore.run import read_config
+    from privasr.config import read_config
 
     root = Path(__file__).resolve().parents[2]
     cfg = load_fedlm_config(read_config(root / "configs" / f"{name}.yaml"), check_files=False)
     assert cfg.name == name
     if name == "fedlm-ami-dp":
-        assert cfg.dp is not None and cfg.dp["noise_multiplier"] == 1.5 and cfg.fedlm["clip_norm"] == 0.5
+        assert cfg.dp is not None and cfg.dp.noise_multiplier == 1.5 and cfg.fedlm["clip_norm"] == 0.5
     if name.startswith("fedlm-earnings21"):
         assert cfg.fedlm["loss"] == "token" and cfg.compare_all  # the contract: ppl, ppl_baseline, ppl_all_utts

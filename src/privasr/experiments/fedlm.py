@@ -4,7 +4,7 @@
 ``DIR/report.md`` and the adapted model ``DIR/model.pt``, a neural checkpoint that rescoring configs load):
 
 1. **The server's NNLM** is pre-trained on background text only (a rescoring config's ``neural`` LM spec,
-   :mod:`privasr.rescore.run`, trained once and cached in ``cache_dir``), or -- ``init: scratch`` -- the same
+   :mod:`privasr.rescore.lms`, trained once and cached in ``cache_dir``), or -- ``init: scratch`` -- the same
    network and vocabulary freshly initialised (paper 001 Table 4).
 2. **Clients** hold first-pass transcripts, never references:
 
@@ -58,12 +58,42 @@
    utterance-confidence threshold, with the share of client words it keeps).
 
 Only :class:`~privasr.federated.core.Update` objects of float32 parameter deltas cross to the server.
+
+Config (YAML; every key optional unless marked; the schema is :class:`FedLmRunConfig`, read with
+:mod:`privasr.config`, so unknown keys, wrong types and bad values are errors naming the key path, and
+strings may use ``${PRIVASR_DATA}``)::
+
+    name: fedlm
+    seed: 0
+    data:                             # required; the keys of its kind only
+      kind: nbest                     # nbest: dev (required), test (required), client_text: first_pass | reference
+                                      # earnings21: ctm, references, eval_calls (required), split_gap: 1.0
+    clients: {key: client, devices: 8000, exponent: 1.0}   # key: client | speaker | zipf
+    confidence:
+      source: null                    # auto | data | classifier | none | oracle (null: data for Earnings-21,
+                                      # auto for N-best data)
+      kind: gbm                       # gbm | mlp: the confidence classifier
+      folds: 2                        # cross-fitting folds (N-best data), >= 2
+      calibrate_calls: 0              # Earnings-21: labelled calls for the isotonic map or the classifier
+      background: null                # Earnings-21 classifier: word-frequency text (default the NNLM's text)
+    nnlm: {neural: {...}}             # required: a neural LM entry (privasr.rescore.lms)
+    cache_dir: null                   # where the pre-trained NNLM is cached (default OUT/lm)
+    init: pretrained                  # pretrained | scratch
+    fedlm: {}                         # privasr.federated.algorithms.fedlm.FedLmConfig settings
+    rounds: 10
+    dp: null                          # {noise_multiplier (required), delta: 1e-5, accountant: rdp | pld,
+                                      #  neighboring: auto | add_or_remove_one | replace_one}; needs fedlm.clip_norm
+    federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
+    compare_all: true
+    tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
+    rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false}
+                                      # coordinate descent (coarse_points >= 2, restarts >= 0); ranges: PARAM:
+                                      # [min, max, step] for lm, nnlm (every NNLM weight), word_penalty
+    eval: {bootstrap_resamples: 1000, every: 0}   # every: the main run's perplexity every N rounds (0: never)
 """
 
 from __future__ import annotations
 
-import copy
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -73,207 +103,288 @@ from typing import Any
 import numpy as np
 
 from privasr import __version__
+from privasr.config import Context, check_str, expand_vars, from_mapping, setting, to_dict, unknown_keys
 from privasr.corpus.formats.ctm import ctm_utterances
 from privasr.corpus.formats.earnings21_calls import read_call_ids
 from privasr.errors import ConfigError, InputError
+from privasr.federated.sampling import FederationSettings
+from privasr.rescore.lms import LMSettings, LMSpec
+from privasr.rescore.search import SearchSettings
 
-__all__ = ["FedLmRunConfig", "load_fedlm_config", "run_fedlm", "MODEL_FILE"]
+__all__ = ["FedLmRunConfig", "DataSettings", "ClientSettings", "ConfidenceSettings", "DPSettings", "TableSettings",
+           "RescoreSettings", "EvalSettings", "load_fedlm_config", "run_fedlm", "MODEL_FILE"]
 
 MODEL_FILE = "model.pt"
 """The adapted model's checkpoint inside a run's output folder."""
 
-_TOP = ("name", "seed", "data", "clients", "confidence", "nnlm", "cache_dir", "init", "fedlm", "rounds", "dp",
-        "federated", "compare_all", "tables", "rescore", "eval")
-_DP_KEYS = ("noise_multiplier", "delta", "accountant", "neighboring")
-_TABLE_KEYS = ("loss", "init", "noise", "threshold")
+# ---------------------------------------------------------------------------------------------- schema
+
+_DATA_KEYS = {"nbest": ("kind", "dev", "test", "client_text"),
+              "earnings21": ("kind", "ctm", "references", "eval_calls", "split_gap")}
 
 
 @dataclass(frozen=True)
-class FedLmRunConfig:
-    """A validated FedLM experiment config (:func:`load_fedlm_config`); ``raw`` is the resolved dict."""
+class DataSettings:
+    """``data``: the client and evaluation data, by ``kind`` (module docstring, step 2).
 
-    name: str
-    seed: int
-    kind: str
-    data: dict[str, Any]
-    client_key: str
-    devices: int
-    exponent: float
-    confidence: dict[str, Any]
-    nnlm: Any
-    cache_dir: Path | None
-    init: str
-    fedlm: dict[str, Any]
-    rounds: int
-    dp: dict[str, Any] | None
-    backend: str
-    backend_options: dict[str, Any]
-    sampler: Any
-    min_clients: int
-    compare_all: bool
-    tables: dict[str, list[Any]]
-    search: Any
-    bootstrap_resamples: int
-    eval_every: int
-    raw: Mapping[str, Any] = field(repr=False)
+    ``nbest``: ``dev`` (the clients' N-best lists), ``test`` (evaluated), ``client_text`` (``first_pass`` or the
+    ``reference`` oracle). ``earnings21``: ``ctm`` (a tar of CTMs), ``references``, ``eval_calls`` (a CSV with a
+    ``file_id`` column, or a list of call ids) and ``split_gap`` (seconds). Each kind takes only its own keys.
+    """
+
+    kind: str = setting(choices=("nbest", "earnings21"))
+    dev: Path | None = setting(None, exists="file")
+    test: Path | None = setting(None, exists="file")
+    client_text: str = setting("first_pass", choices=("first_pass", "reference"))
+    ctm: Path | None = setting(None, exists="file")
+    references: Path | None = setting(None, exists="file")
+    eval_calls: Any = None
+    split_gap: float = setting(1.0, gt=0.0)
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """The keys of the given kind only, and the ones it needs."""
+        if not isinstance(value, Mapping) or value.get("kind") not in _DATA_KEYS:
+            return value
+        kind = value["kind"]
+        unknown_keys(value, _DATA_KEYS[kind], where)
+        if kind == "nbest" and ("dev" not in value or "test" not in value):
+            raise ConfigError("config key 'data' (kind nbest) needs dev and test",
+                              expected="{kind: nbest, dev: PATH, test: PATH}")
+        for k in ("ctm", "references", "eval_calls") if kind == "earnings21" else ():
+            if k not in value:
+                raise ConfigError(f"config key 'data' (kind earnings21) needs {k}",
+                                  expected="{kind: earnings21, ctm: PATH, references: PATH, eval_calls: CSV or list}")
+        return value
+
+    def __config_check__(self, where: str, ctx: Context) -> DataSettings | None:
+        ev = self.eval_calls
+        if self.kind != "earnings21":
+            return None
+        if isinstance(ev, list | tuple):
+            if not ev or not all(isinstance(x, str | int) and not isinstance(x, bool) for x in ev):
+                raise ConfigError("config key 'data.eval_calls' is an empty or non-string list",
+                                  expected="call ids, or a CSV with a file_id column")
+            return replace(self, eval_calls=tuple(str(x) for x in ev))
+        p = Path(expand_vars(check_str(ev, "data.eval_calls")))
+        if ctx.check_files and not p.exists():
+            raise ConfigError("config key 'data.eval_calls': no such file", path=p)
+        return replace(self, eval_calls=p)
+
+    def inputs(self) -> dict[str, Any]:
+        """The kind's settings but ``kind`` (paths fingerprinted in results.json's ``data``)."""
+        if self.kind == "nbest":
+            return {"client_text": self.client_text, "dev": self.dev, "test": self.test}
+        ev = list(self.eval_calls) if isinstance(self.eval_calls, tuple) else self.eval_calls
+        return {"ctm": self.ctm, "references": self.references, "eval_calls": ev, "split_gap": self.split_gap}
+
+    def __config_dict__(self) -> dict[str, Any]:
+        return to_dict({"kind": self.kind, **self.inputs()})
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """``clients``: how utterances are grouped into clients (``key``), and the Zipf devices of ``key: zipf``."""
+
+    key: str = setting("client", choices=("client", "speaker", "zipf"))
+    devices: int = setting(8000, min=1)
+    exponent: float = setting(1.0, min=0.0)
+
+
+@dataclass(frozen=True)
+class ConfidenceSettings:
+    """``confidence``: where the clients' word confidences come from (module docstring, step 2).
+
+    ``source`` defaults to ``data`` for Earnings-21 and ``auto`` for N-best data; ``background`` (the CTM
+    classifier's word-frequency text) defaults to the NNLM's training text: both are resolved by
+    :func:`load_fedlm_config`.
+    """
+
+    source: str | None = setting(None, choices=("auto", "data", "classifier", "none", "oracle"))
+    kind: str = setting("gbm", choices=("gbm", "mlp"))
+    folds: int = setting(2, min=2)
+    calibrate_calls: int = setting(0, min=0)
+    background: str | None = setting(None, expand=True)
+
+
+@dataclass(frozen=True)
+class DPSettings:
+    """``dp``: the Gaussian mechanism's noise multiplier and the accountant (needs ``fedlm.clip_norm``)."""
+
+    noise_multiplier: float = setting(min=0.0)
+    delta: float = setting(1e-5, gt=0.0, lt=1.0)
+    accountant: str = setting("rdp", choices=("rdp", "pld"))
+    neighboring: str = setting("auto", choices=("auto", "add_or_remove_one", "replace_one"))
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """``tables``: the rows re-run per table (``None``: no such table; an empty list: only the fixed rows)."""
+
+    loss: tuple[str, ...] | None = None
+    init: tuple[str, ...] | None = None
+    noise: tuple[float, ...] | None = None
+    threshold: tuple[float, ...] | None = None
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """A table given as ``null`` is an empty one (still a table)."""
+        if isinstance(value, Mapping):
+            return {k: [] if v is None else v for k, v in value.items()}
+        return value
+
+    def __config_check__(self, where: str, ctx: Context) -> None:
+        from privasr.federated.algorithms.fedlm import LOSSES
+
+        for i, loss in enumerate(self.loss or ()):
+            check_str(loss, f"tables.loss[{i}]", LOSSES)
+        for i, init in enumerate(self.init or ()):
+            check_str(init, f"tables.init[{i}]", ("pretrained", "scratch"))
+        if any(z < 0 for z in self.noise or ()):
+            raise ConfigError(f"config key 'tables.noise' is {list(self.noise or ())!r}",
+                              expected="a list of noise multipliers >= 0")
+        if any(not 0 <= c <= 1 for c in self.threshold or ()):
+            raise ConfigError(f"config key 'tables.threshold' is {list(self.threshold or ())!r}",
+                              expected="a list of thresholds in [0, 1]")
+
+
+@dataclass(frozen=True)
+class RescoreSettings:
+    """``rescore``: the coordinate-descent weight search of N-best rescoring, and ``with_baseline``.
+
+    ``ranges``: ``PARAM: [min, max, step]`` (``lm``, ``nnlm`` -- every NNLM weight --, ``word_penalty``).
+    """
+
+    ranges: dict[str, Any] = field(default_factory=dict)
+    max_rounds: int = setting(20, min=1)
+    coarse_points: int = setting(7, min=2)
+    restarts: int = setting(3, min=0)
     with_baseline: bool = False
+
+    def __config_check__(self, where: str, ctx: Context) -> RescoreSettings:
+        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges  # validates
+        return replace(self, ranges=ranges)
+
+    @property
+    def search(self) -> SearchSettings:
+        """The weight search: coordinate descent over :attr:`ranges`."""
+        return SearchSettings(method="coordinate", ranges=dict(self.ranges), max_rounds=self.max_rounds,
+                              coarse_points=self.coarse_points, restarts=self.restarts)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """``eval``: bootstrap resamples of the WER interval; ``every``: evaluate perplexity every N rounds (0: never)."""
+
+    bootstrap_resamples: int = setting(1000, min=1)
+    every: int = setting(0, min=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedLmRunConfig:
+    """A FedLM experiment config (module docstring, ``configs/fedlm-*.yaml``): validated by :func:`load_fedlm_config`.
+
+    ``fedlm`` is the algorithm's settings as given (:class:`~privasr.federated.algorithms.fedlm.FedLmConfig`
+    keys: the table rows override some of them).
+    """
+
+    name: str = "fedlm"
+    seed: int = setting(0, min=0)
+    data: DataSettings
+    clients: ClientSettings = field(default_factory=ClientSettings)
+    confidence: ConfidenceSettings = field(default_factory=ConfidenceSettings)
+    nnlm: LMSettings | None = None
+    cache_dir: Path | None = None
+    init: str = setting("pretrained", choices=("pretrained", "scratch"))
+    fedlm: dict[str, Any] = field(default_factory=dict)
+    rounds: int = setting(10, min=1)
+    dp: DPSettings | None = None
+    federated: FederationSettings = field(default_factory=FederationSettings)
+    compare_all: bool = True
+    tables: TableSettings = field(default_factory=TableSettings)
+    rescore: RescoreSettings = field(default_factory=RescoreSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+
+    @property
+    def kind(self) -> str:
+        """``data.kind``: ``nbest`` or ``earnings21``."""
+        return self.data.kind
+
+    @property
+    def nnlm_spec(self) -> LMSpec:
+        """The server NNLM's spec for :func:`~privasr.rescore.lms.build_lm` (named ``nnlm``)."""
+        assert self.nnlm is not None
+        return self.nnlm.spec("nnlm")
+
+    def __config_check__(self, where: str, ctx: Context) -> FedLmRunConfig:
+        if self.clients.key == "speaker" and self.kind == "earnings21":
+            raise ConfigError("clients.key 'speaker' with Earnings-21 CTMs",
+                              expected="client (call) or zipf: the CTMs have no speaker labels")
+        if self.nnlm is None:
+            raise ConfigError("config key 'nnlm' is missing",
+                              expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
+        if self.nnlm.neural is None:
+            raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
+        confidence = self._confidence()
+        self._check_fedlm()
+        return replace(self, confidence=confidence)
+
+    def _confidence(self) -> ConfidenceSettings:
+        """``confidence`` with its defaults resolved (the source by data kind, the classifier's background text)."""
+        c, e21 = self.confidence, self.kind == "earnings21"
+        source = c.source if c.source is not None else ("data" if e21 else "auto")
+        if c.calibrate_calls and (not e21 or source not in ("data", "classifier")):
+            raise ConfigError("confidence.calibrate_calls needs Earnings-21 CTM confidences",
+                              expected="data.kind: earnings21 with confidence.source: data or classifier")
+        if source == "classifier" and e21 and not c.calibrate_calls:
+            raise ConfigError("confidence.source 'classifier' on Earnings-21 CTMs needs labelled calls to train on",
+                              expected="confidence.calibrate_calls >= 1")
+        background = c.background
+        if source == "classifier" and e21:
+            assert self.nnlm is not None and self.nnlm.neural is not None
+            train = self.nnlm.neural.train
+            background = background if background is not None else (train.text if train is not None else None)
+            if background is None:
+                raise ConfigError("confidence.background is not set and the NNLM spec names no training text",
+                                  expected="a text source or file for the word-frequency features")
+        elif background is not None:
+            raise ConfigError("confidence.background applies to the CTM classifier only",
+                              expected="data.kind: earnings21 with confidence.source: classifier")
+        return replace(c, source=source, background=background)
+
+    def _check_fedlm(self) -> None:
+        """``fedlm`` is a valid algorithm config; DP (``dp``, ``tables.noise``) needs its ``clip_norm``."""
+        from privasr.federated.algorithms.fedlm import FedLmConfig
+
+        try:
+            FedLmConfig.from_dict(self.fedlm)
+        except ConfigError as e:
+            raise ConfigError(f"config key 'fedlm': {e.message}", expected=e.expected) from None
+        if self.fedlm.get("clip_norm") is None:
+            if self.dp is not None:
+                raise ConfigError("config key 'dp' needs fedlm.clip_norm",
+                                  expected="fedlm: {clip_norm: 0.5, weighting: uniform}")
+            if self.tables.noise is not None:
+                raise ConfigError("config key 'tables.noise' needs fedlm.clip_norm",
+                                  expected="fedlm: {clip_norm: 0.5, weighting: uniform}")
 
 
 def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) -> FedLmRunConfig:
     """Validate a FedLM config (see ``configs/fedlm-earnings21.yaml``) before any work; unknown keys are errors.
 
+    With ``check_files`` every input file must exist.
+
     >>> load_fedlm_config({"data": {"kind": "nbest"}}, check_files=False)
     Traceback (most recent call last):
     ...
     privasr.errors.ConfigError: config key 'data' (kind nbest) needs dev and test (expected {kind: nbest, dev: PATH, test: PATH})
+    >>> cfg = load_fedlm_config({"data": {"kind": "nbest", "dev": "d.jsonl", "test": "t.jsonl"},
+    ...                          "nnlm": {"neural": {"checkpoint": "nnlm.pt"}}, "dp": {"noise_multiplier": 1},
+    ...                          "fedlm": {"clip_norm": 0.5, "weighting": "uniform"}}, check_files=False)
+    >>> cfg.confidence.source, cfg.dp.noise_multiplier, cfg.rescore.search.coarse_points
+    ('auto', 1.0, 7)
     """
-    from privasr.federated.algorithms.fedlm import LOSSES, FedLmConfig
-    from privasr.rescore.run import (
-        SearchConfig,
-        _int,
-        _mapping,
-        _path,
-        _ranges,
-        _str,
-        expand_vars,
-        federation_settings,
-        server_nnlm,
-    )
-
-    raw = _mapping(copy.deepcopy(dict(config)), "config", _TOP)
-    name = _str(raw.get("name", "fedlm"), "name")
-    seed = _int(raw.get("seed", 0), "seed", 0)
-    d = _mapping(raw.get("data"), "data")
-    kind = _str(d.get("kind"), "data.kind", ("nbest", "earnings21"))
-    data: dict[str, Any] = {"kind": kind}
-    if kind == "nbest":
-        _mapping(d, "data", ("kind", "dev", "test", "client_text"))
-        if "dev" not in d or "test" not in d:
-            raise ConfigError("config key 'data' (kind nbest) needs dev and test",
-                              expected="{kind: nbest, dev: PATH, test: PATH}")
-        data["client_text"] = _str(d.get("client_text", "first_pass"), "data.client_text",
-                                   ("first_pass", "reference"))
-        data["dev"] = _path(expand_vars(str(d["dev"])), "data.dev", check_files)
-        data["test"] = _path(expand_vars(str(d["test"])), "data.test", check_files)
-    else:
-        _mapping(d, "data", ("kind", "ctm", "references", "eval_calls", "split_gap"))
-        for k in ("ctm", "references", "eval_calls"):
-            if k not in d:
-                raise ConfigError(f"config key 'data' (kind earnings21) needs {k}",
-                                  expected="{kind: earnings21, ctm: PATH, references: PATH, eval_calls: CSV or list}")
-        data["ctm"] = _path(expand_vars(str(d["ctm"])), "data.ctm", check_files)
-        data["references"] = _path(expand_vars(str(d["references"])), "data.references", check_files)
-        ev = d["eval_calls"]
-        if isinstance(ev, list):
-            if not ev or not all(isinstance(x, str | int) and not isinstance(x, bool) for x in ev):
-                raise ConfigError("config key 'data.eval_calls' is an empty or non-string list",
-                                  expected="call ids, or a CSV with a file_id column")
-            data["eval_calls"] = [str(x) for x in ev]
-        else:
-            data["eval_calls"] = _path(expand_vars(str(ev)), "data.eval_calls", check_files)
-        gap = d.get("split_gap", 1.0)
-        if isinstance(gap, bool) or not isinstance(gap, int | float) or not gap > 0 or not math.isfinite(gap):
-            raise ConfigError(f"config key 'data.split_gap' is {gap!r}", expected="seconds > 0")
-        data["split_gap"] = float(gap)
-    c = _mapping(raw.get("clients", {}), "clients", ("key", "devices", "exponent"))
-    key = _str(c.get("key", "client"), "clients.key", ("client", "speaker", "zipf"))
-    if key == "speaker" and kind == "earnings21":
-        raise ConfigError("clients.key 'speaker' with Earnings-21 CTMs", expected="client (call) or zipf: the "
-                                                                                  "CTMs have no speaker labels")
-    devices = _int(c.get("devices", 8000), "clients.devices", 1)
-    exponent = c.get("exponent", 1.0)
-    if isinstance(exponent, bool) or not isinstance(exponent, int | float) or not 0 <= exponent < math.inf:
-        raise ConfigError(f"config key 'clients.exponent' is {exponent!r}", expected="a number >= 0")
-    conf = _mapping(raw.get("confidence", {}), "confidence", ("source", "kind", "folds", "calibrate_calls",
-                                                             "background"))
-    default_src = "data" if kind == "earnings21" else "auto"
-    confidence = {"source": _str(conf.get("source", default_src), "confidence.source",
-                                 ("auto", "data", "classifier", "none", "oracle")),
-                  "kind": _str(conf.get("kind", "gbm"), "confidence.kind", ("gbm", "mlp")),
-                  "folds": _int(conf.get("folds", 2), "confidence.folds", 2),
-                  "calibrate_calls": _int(conf.get("calibrate_calls", 0), "confidence.calibrate_calls", 0)}
-    if confidence["calibrate_calls"] and (kind != "earnings21" or confidence["source"] not in ("data", "classifier")):
-        raise ConfigError("confidence.calibrate_calls needs Earnings-21 CTM confidences",
-                          expected="data.kind: earnings21 with confidence.source: data or classifier")
-    if confidence["source"] == "classifier" and kind == "earnings21" and not confidence["calibrate_calls"]:
-        raise ConfigError("confidence.source 'classifier' on Earnings-21 CTMs needs labelled calls to train on",
-                          expected="confidence.calibrate_calls >= 1")
-    nnlm, cache_dir = server_nnlm(raw, check_files)
-    if confidence["source"] == "classifier" and kind == "earnings21":
-        default_bg = (nnlm.neural or {}).get("train", {}).get("text") if isinstance(
-            (nnlm.neural or {}).get("train"), Mapping) else None
-        bg = conf.get("background", default_bg)
-        if bg is None:
-            raise ConfigError("confidence.background is not set and the NNLM spec names no training text",
-                              expected="a text source or file for the word-frequency features")
-        confidence["background"] = expand_vars(str(bg))
-    elif "background" in conf:
-        raise ConfigError("confidence.background applies to the CTM classifier only",
-                          expected="data.kind: earnings21 with confidence.source: classifier")
-    init = _str(raw.get("init", "pretrained"), "init", ("pretrained", "scratch"))
-    fed_cfg = _mapping(raw.get("fedlm", {}), "fedlm")
-    try:
-        FedLmConfig.from_dict(fed_cfg)
-    except ConfigError as e:
-        raise ConfigError(f"config key 'fedlm': {e.message}", expected=e.expected) from None
-    rounds = _int(raw.get("rounds", 10), "rounds", 1)
-    dp = None
-    if raw.get("dp") is not None:
-        dp = _mapping(raw["dp"], "dp", _DP_KEYS)
-        if fed_cfg.get("clip_norm") is None:
-            raise ConfigError("config key 'dp' needs fedlm.clip_norm", expected="fedlm: {clip_norm: 0.5, "
-                                                                                "weighting: uniform}")
-        z = dp.get("noise_multiplier")
-        if isinstance(z, bool) or not isinstance(z, int | float) or not 0 <= z < math.inf:
-            raise ConfigError(f"config key 'dp.noise_multiplier' is {z!r}", expected="a number >= 0")
-        dp["noise_multiplier"] = float(z)
-        delta = dp.get("delta", 1e-5)
-        if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0 < delta < 1:
-            raise ConfigError(f"config key 'dp.delta' is {delta!r}", expected="a number in (0, 1)")
-        dp["delta"] = float(delta)
-        dp["accountant"] = _str(dp.get("accountant", "rdp"), "dp.accountant", ("rdp", "pld"))
-        dp["neighboring"] = _str(dp.get("neighboring", "auto"), "dp.neighboring",
-                                 ("auto", "add_or_remove_one", "replace_one"))
-    backend, backend_options, sampler, min_clients = federation_settings(raw)
-    compare_all = raw.get("compare_all", True)
-    if not isinstance(compare_all, bool):
-        raise ConfigError(f"config key 'compare_all' is {compare_all!r}", expected="true or false")
-    t = _mapping(raw.get("tables", {}), "tables", _TABLE_KEYS)
-    tables: dict[str, list[Any]] = {}
-    if "loss" in t:
-        tables["loss"] = [_str(x, "tables.loss", LOSSES) for x in (t["loss"] or [])]
-    if "init" in t:
-        tables["init"] = [_str(x, "tables.init", ("pretrained", "scratch")) for x in (t["init"] or [])]
-    if "noise" in t:
-        if fed_cfg.get("clip_norm") is None:
-            raise ConfigError("config key 'tables.noise' needs fedlm.clip_norm", expected="fedlm: {clip_norm: 0.5, "
-                                                                                        "weighting: uniform}")
-        vals = t["noise"] or []
-        if not isinstance(vals, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0
-                                                 for x in vals):
-            raise ConfigError(f"config key 'tables.noise' is {vals!r}", expected="a list of noise multipliers >= 0")
-        tables["noise"] = [float(x) for x in vals]
-    if "threshold" in t:
-        vals = t["threshold"] or []
-        if not isinstance(vals, list) or not all(isinstance(x, int | float) and not isinstance(x, bool)
-                                                 and 0 <= x <= 1 for x in vals):
-            raise ConfigError(f"config key 'tables.threshold' is {vals!r}", expected="a list of thresholds in [0, 1]")
-        tables["threshold"] = [float(x) for x in vals]
-    r = _mapping(raw.get("rescore", {}), "rescore", ("ranges", "max_rounds", "coarse_points", "restarts",
-                                                    "with_baseline"))
-    with_baseline = r.get("with_baseline", False)
-    if not isinstance(with_baseline, bool):
-        raise ConfigError(f"config key 'rescore.with_baseline' is {with_baseline!r}", expected="true or false")
-    search = SearchConfig(method="coordinate", ranges=_ranges(r.get("ranges", {})),
-                          max_rounds=_int(r.get("max_rounds", 20), "rescore.max_rounds", 1),
-                          coarse_points=_int(r.get("coarse_points", 7), "rescore.coarse_points", 2),
-                          restarts=_int(r.get("restarts", 3), "rescore.restarts", 0))
-    ev = _mapping(raw.get("eval", {}), "eval", ("bootstrap_resamples", "every"))
-    resamples = _int(ev.get("bootstrap_resamples", 1000), "eval.bootstrap_resamples", 1)
-    every = _int(ev.get("every", 0), "eval.every", 0)
-    return FedLmRunConfig(name, seed, kind, data, key, devices, float(exponent), confidence, nnlm, cache_dir, init,
-                          fed_cfg, rounds, dp, backend, backend_options, sampler, min_clients, compare_all, tables,
-                          search, resamples, every, raw, with_baseline)
+    return from_mapping(FedLmRunConfig, config, "", Context(check_files))
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -296,81 +407,27 @@ class _Data:
 def _group(utts: Sequence[Any], cfg: FedLmRunConfig) -> list[Any]:
     from privasr.corpus.partition import by_key, zipf_devices
 
-    if cfg.client_key == "zipf":
-        return list(zipf_devices(list(utts), n_devices=cfg.devices, exponent=cfg.exponent, seed=cfg.seed))
-    return list(by_key(utts, cfg.client_key))
+    if cfg.clients.key == "zipf":
+        return list(zipf_devices(list(utts), n_devices=cfg.clients.devices, exponent=cfg.clients.exponent, seed=cfg.seed))
+    return list(by_key(utts, cfg.clients.key))
 
 
 def _earnings21(cfg: FedLmRunConfig) -> _Data:
-    from privasr.corpus.sources import earnings21_reference_sentences
-
+    """Stage 1 for Earnings-21 CTMs (module docstring, step 2): the evaluation calls held out, the labelled
+    calibration calls (if any) turned into a confidence map or classifier, the clients' confidences, and the
+    calibration of the confidences measured on the evaluation calls."""
     d = cfg.data
-    utts = ctm_utterances(d["ctm"], d["split_gap"])
-    evals = d["eval_calls"] if isinstance(d["eval_calls"], list) else read_call_ids(d["eval_calls"])
-    refs = earnings21_reference_sentences(d["references"])
-    missing = [c for c in evals if c not in refs]
-    if missing:
-        raise InputError(f"evaluation calls {missing[:5]} have no reference transcript", path=d["references"],
-                         expected="every eval call in the references")
+    assert d.ctm is not None and d.references is not None
+    utts, evals, refs = _e21_calls(d)
     held = set(evals)
     train = [u for u in utts if u.client not in held]
-    n_cal = cfg.confidence["calibrate_calls"]
-    report = curve = None
-    calib: list[str] = []
-    mapping = classifier = bg = None
-    if n_cal:
-        # the first n_cal client calls with a reference become a labelled calibration set (not clients)
-        calib = sorted({u.client for u in train if u.client in refs})[:n_cal]
-        if len(calib) < n_cal:
-            raise InputError(f"confidence.calibrate_calls={n_cal} but only {len(calib)} client calls have "
-                             "references", path=d["references"], expected="fewer calibration calls")
-        if cfg.confidence["source"] == "classifier":
-            classifier, bg = _ctm_classifier([u for u in train if u.client in calib], refs, calib, cfg)
-        else:
-            mapping = _isotonic(*_ctm_labels([u for u in train if u.client in calib], refs, calib))
-        train = [u for u in train if u.client not in calib]
+    calib, conf_of = _e21_calibration(cfg, train, refs, d.references)
+    train = [u for u in train if u.client not in calib]
     if not train:
         raise InputError("no client call is left after holding out the evaluation (and calibration) calls",
-                         path=d["ctm"])
-    # the confidences' calibration, measured on the evaluation calls' CTM words against their references
-    ev_conf, ev_hit = _ctm_labels([u for u in utts if u.client in held], refs, evals)
-    from privasr.confidence.model import ConfidenceReport
-
-    raw_rep = ConfidenceReport.compute(ev_conf, ev_hit, n_utterances=0, calibrated=False)
-    report = {"ece_raw": raw_rep.ece, "auc_raw": raw_rep.auc, "base_rate": raw_rep.base_rate,
-              "mean_confidence_raw": raw_rep.mean_confidence, "measured_on": "evaluation calls", "n_words":
-              raw_rep.n_words}
-    curve = raw_rep.reliability
-
-    def conf_of(u: Any) -> np.ndarray:
-        if classifier is not None:
-            from privasr.confidence.ctm import ctm_word_features
-
-            return classifier.predict_features(ctm_word_features(u, bg))
-        c = np.asarray(u.confidences, dtype=np.float64)
-        return np.interp(c, *mapping) if mapping is not None else c
-
-    if mapping is not None or classifier is not None:
-        ev_pred = np.concatenate([conf_of(u) for c in evals for u in utts if u.client == c] or [np.zeros(0)])
-        cal_rep = ConfidenceReport.compute(ev_pred, ev_hit, n_utterances=0, calibrated=True)
-        report.update(cal_rep.as_dict(), calibration_calls=calib,
-                      method="ctm classifier" if classifier is not None else "isotonic map of the CTM confidences")
-        if classifier is not None:
-            report["classifier"] = classifier.info
-        curve = cal_rep.reliability
-
-    if cfg.confidence["source"] == "oracle":  # the diagnostic: 1 for a word the reference confirms, else 0
-        missing = sorted({u.client for u in train} - set(refs))
-        if missing:
-            raise InputError(f"confidence.source 'oracle' needs every client call's reference; {missing[:5]} have "
-                             "none", path=d["references"], expected="references for the client calls")
-        train_conf = {}
-        for call in sorted({u.client for u in train}):
-            us = [u for u in train if u.client == call]
-            train_conf.update({u.utt_id: h.astype(np.float64) for u, h in zip(us, _call_hits(us, refs[call]),
-                                                                              strict=True)})
-    else:
-        train_conf = {u.utt_id: conf_of(u) for u in train}  # once per utterance (the classifier is not free)
+                         path=d.ctm)
+    report, curve = _e21_confidence_report(utts, evals, refs, calib, conf_of)
+    train_conf = _e21_client_confidences(cfg, train, refs, conf_of, d.references)
     clients = [(c.id, [(u.words, train_conf[u.utt_id]) for u in c.utterances]) for c in _group(train, cfg)]
     eval_sents = [s for c in evals for s in refs[c]]
     conf = np.concatenate(list(train_conf.values()))
@@ -381,6 +438,106 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
     # the labelled calls' references: a development set on the server for choices such as the threshold
     dev_sents = [s for c in calib for s in refs[c]] or None
     return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve, dev_sentences=dev_sents)
+
+
+def _e21_calls(d: DataSettings) -> tuple[list[Any], list[str], dict[str, list[tuple[str, ...]]]]:
+    """The CTM utterances, the evaluation call ids and the reference sentences by call (every evaluation call
+    must have one)."""
+    from privasr.corpus.sources import earnings21_reference_sentences
+
+    assert d.ctm is not None and d.references is not None
+    utts = ctm_utterances(d.ctm, d.split_gap)
+    evals = list(d.eval_calls) if isinstance(d.eval_calls, tuple) else read_call_ids(d.eval_calls)
+    refs = earnings21_reference_sentences(d.references)
+    missing = [c for c in evals if c not in refs]
+    if missing:
+        raise InputError(f"evaluation calls {missing[:5]} have no reference transcript", path=d.references,
+                         expected="every eval call in the references")
+    return utts, evals, refs
+
+
+@dataclass
+class _CtmConfidence:
+    """A CTM utterance's word confidences: as given, through an isotonic ``mapping``, or from a ``classifier``
+    on CTM features (with its ``background`` word frequencies)."""
+
+    mapping: tuple[np.ndarray, np.ndarray] | None = None
+    classifier: Any = None
+    background: Any = None
+
+    @property
+    def adjusted(self) -> bool:
+        """Whether the confidences are mapped or predicted (not the CTM's own)."""
+        return self.mapping is not None or self.classifier is not None
+
+    def __call__(self, u: Any) -> np.ndarray:
+        if self.classifier is not None:
+            from privasr.confidence.ctm import ctm_word_features
+
+            return self.classifier.predict_features(ctm_word_features(u, self.background))
+        c = np.asarray(u.confidences, dtype=np.float64)
+        return np.interp(c, *self.mapping) if self.mapping is not None else c
+
+
+def _e21_calibration(cfg: FedLmRunConfig, train: Sequence[Any], refs: Mapping[str, Any], ref_path: Path
+                     ) -> tuple[list[str], _CtmConfidence]:
+    """The first ``confidence.calibrate_calls`` client calls with a reference (a labelled set on the server, no
+    longer clients) and the confidences they give: an isotonic map of the CTM confidences, or a classifier."""
+    n_cal = cfg.confidence.calibrate_calls
+    if not n_cal:
+        return [], _CtmConfidence()
+    calib = sorted({u.client for u in train if u.client in refs})[:n_cal]
+    if len(calib) < n_cal:
+        raise InputError(f"confidence.calibrate_calls={n_cal} but only {len(calib)} client calls have "
+                         "references", path=ref_path, expected="fewer calibration calls")
+    labelled = [u for u in train if u.client in calib]
+    if cfg.confidence.source == "classifier":
+        classifier, bg = _ctm_classifier(labelled, refs, calib, cfg)
+        return calib, _CtmConfidence(classifier=classifier, background=bg)
+    return calib, _CtmConfidence(mapping=_isotonic(*_ctm_labels(labelled, refs, calib)))
+
+
+def _e21_confidence_report(utts: Sequence[Any], evals: Sequence[str], refs: Mapping[str, Any], calib: list[str],
+                           conf_of: _CtmConfidence) -> tuple[dict[str, Any], Any]:
+    """The confidences' calibration (ECE, AUC, reliability curve), measured on the evaluation calls' CTM words
+    against their references: the raw CTM confidences, and the mapped or predicted ones."""
+    from privasr.confidence.model import ConfidenceReport
+
+    held = set(evals)
+    ev_conf, ev_hit = _ctm_labels([u for u in utts if u.client in held], refs, evals)
+    raw_rep = ConfidenceReport.compute(ev_conf, ev_hit, n_utterances=0, calibrated=False)
+    report = {"ece_raw": raw_rep.ece, "auc_raw": raw_rep.auc, "base_rate": raw_rep.base_rate,
+              "mean_confidence_raw": raw_rep.mean_confidence, "measured_on": "evaluation calls", "n_words":
+              raw_rep.n_words}
+    curve = raw_rep.reliability
+    if conf_of.adjusted:
+        ev_pred = np.concatenate([conf_of(u) for c in evals for u in utts if u.client == c] or [np.zeros(0)])
+        cal_rep = ConfidenceReport.compute(ev_pred, ev_hit, n_utterances=0, calibrated=True)
+        report.update(cal_rep.as_dict(), calibration_calls=calib,
+                      method="ctm classifier" if conf_of.classifier is not None else
+                      "isotonic map of the CTM confidences")
+        if conf_of.classifier is not None:
+            report["classifier"] = conf_of.classifier.info
+        curve = cal_rep.reliability
+    return report, curve
+
+
+def _e21_client_confidences(cfg: FedLmRunConfig, train: Sequence[Any], refs: Mapping[str, Any],
+                            conf_of: _CtmConfidence, ref_path: Path) -> dict[str, np.ndarray]:
+    """Every client utterance's word confidences (by utterance id): ``conf_of``, or the oracle diagnostic."""
+    if cfg.confidence.source != "oracle":
+        return {u.utt_id: conf_of(u) for u in train}  # once per utterance (the classifier is not free)
+    # the diagnostic: 1 for a word the reference confirms, else 0
+    missing = sorted({u.client for u in train} - set(refs))
+    if missing:
+        raise InputError(f"confidence.source 'oracle' needs every client call's reference; {missing[:5]} have "
+                         "none", path=ref_path, expected="references for the client calls")
+    train_conf = {}
+    for call in sorted({u.client for u in train}):
+        us = [u for u in train if u.client == call]
+        train_conf.update({u.utt_id: h.astype(np.float64) for u, h in zip(us, _call_hits(us, refs[call]),
+                                                                          strict=True)})
+    return train_conf
 
 
 def _call_hits(us: Sequence[Any], ref_sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
@@ -417,14 +574,14 @@ def _ctm_classifier(utts: Sequence[Any], refs: Mapping[str, Sequence[Sequence[st
     from privasr.confidence.model import ConfidenceModel
     from privasr.corpus.sources import load_text
 
-    bg = BackgroundFrequencies.from_sentences(load_text(cfg.confidence["background"]))
+    bg = BackgroundFrequencies.from_sentences(load_text(cfg.confidence.background))
     feats: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     for call in calls:
         us = [u for u in utts if u.client == call]
         feats += ctm_features_many(us, bg)
         labels += _call_hits(us, refs[call])
-    model = ConfidenceModel.fit_features(feats, labels, feature_names=CTM_FEATURE_NAMES, kind=cfg.confidence["kind"],
+    model = ConfidenceModel.fit_features(feats, labels, feature_names=CTM_FEATURE_NAMES, kind=cfg.confidence.kind,
                                          seed=cfg.seed)
     return model, bg
 
@@ -441,24 +598,27 @@ def _isotonic(conf: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _nbest_data(cfg: FedLmRunConfig) -> _Data:
-    from privasr.rescore.run import _load_nbest
+    """Stage 1 for N-best data (module docstring, step 2): the dev lists' 1-best (or references) as client text
+    with their confidences, the test lists' references as evaluation text."""
+    from privasr.corpus.load import load_nbest
 
-    dev = _load_nbest(cfg.data["dev"], None)
-    test = _load_nbest(cfg.data["test"], None)
-    for name, recs in (("dev", dev), ("test", test)):
+    assert cfg.data.dev is not None and cfg.data.test is not None
+    dev = load_nbest(cfg.data.dev, None)
+    test = load_nbest(cfg.data.test, None)
+    for name, path, recs in (("dev", cfg.data.dev, dev), ("test", cfg.data.test, test)):
         for nb in recs:
             if nb.ref is None:
-                raise InputError(f"{name} utterance {nb.utt_id} has no reference", path=cfg.data[name],
+                raise InputError(f"{name} utterance {nb.utt_id} has no reference", path=path,
                                  expected="references (WER is measured, rescoring weights tuned on dev)")
-    src = cfg.confidence["source"]
+    src = cfg.confidence.source
     has = all(nb.best.confidences is not None for nb in dev if nb.best.words)
     if src == "auto":
         src = "data" if has else "classifier"
     if src == "data" and not has:
         raise InputError("confidence.source is 'data' but some dev 1-best hypotheses have no confidences",
-                         path=cfg.data["dev"], expected="per-word confidences, or confidence.source: classifier")
+                         path=cfg.data.dev, expected="per-word confidences, or confidence.source: classifier")
     report = curve = None
-    if cfg.data.get("client_text") == "reference":
+    if cfg.data.client_text == "reference":
         # the oracle diagnostic: clients train on their utterances' references, every word weight 1
         kept = [nb for nb in dev if nb.ref]
         clients = [(c.id, [(tuple(nb.ref), None) for nb in c.utterances]) for c in _group(kept, cfg)]
@@ -488,7 +648,7 @@ def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np
     from privasr.confidence.model import ConfidenceModel, ConfidenceReport
 
     meetings = sorted({nb.client or nb.utt_id for nb in nbests})
-    k = min(cfg.confidence["folds"], len(meetings))
+    k = min(cfg.confidence.folds, len(meetings))
     if k < 2:
         raise InputError("the dev set has one meeting: confidences cannot be cross-fitted",
                          expected="two or more meetings (clients) in data.dev, or confidence.source: none")
@@ -498,7 +658,7 @@ def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np
     for f in range(k):
         train = [nb for nb in nbests if fold[nb.client or nb.utt_id] != f]
         held = [nb for nb in nbests if fold[nb.client or nb.utt_id] == f]
-        model = ConfidenceModel.fit(train, kind=cfg.confidence["kind"], seed=cfg.seed + f)
+        model = ConfidenceModel.fit(train, kind=cfg.confidence.kind, seed=cfg.seed + f)
         pred = model.predict_many(held)
         for nb, c in zip(held, pred, strict=True):
             confs[nb.utt_id] = np.clip(np.asarray(c, dtype=np.float64), 0.0, 1.0)
@@ -506,7 +666,7 @@ def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np
         all_y.extend(labels_many(held))
     rep = ConfidenceReport.compute(np.concatenate(all_c), np.concatenate(all_y), n_utterances=len(nbests),
                                    calibrated=True)
-    return confs, {**rep.as_dict(), "folds": k, "kind": cfg.confidence["kind"]}, rep.reliability
+    return confs, {**rep.as_dict(), "folds": k, "kind": cfg.confidence.kind}, rep.reliability
 
 
 # --------------------------------------------------------------------------------------------- federation
@@ -519,10 +679,11 @@ class _Model:
     init_params: dict[str, np.ndarray]
 
 
-def _pretrained(cfg: FedLmRunConfig, out: Path) -> _Model:
-    from privasr.rescore.run import build_lm
+def build_model(cfg: FedLmRunConfig, out: Path) -> _Model:
+    """Stage 2: the server's pre-trained NNLM (trained once and cached in ``cache_dir``, default ``out/lm``)."""
+    from privasr.rescore.lms import build_lm
 
-    lm, info = build_lm(cfg.nnlm, cfg.cache_dir if cfg.cache_dir is not None else out / "lm")
+    lm, info = build_lm(cfg.nnlm_spec, cfg.cache_dir if cfg.cache_dir is not None else out / "lm")
     params = {k: p.detach().cpu().numpy().astype(np.float32, copy=True) for k, p in lm.model.named_parameters()}
     return _Model(lm, info, params)
 
@@ -538,24 +699,24 @@ def _encode(data: _Data, vocab: Any) -> list[Any]:
     return out
 
 
-def _privacy(dp: Mapping[str, Any] | None, clip: float | None, sampler: Any) -> Any:
+def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any) -> Any:
     if dp is None:
         return None
     from privasr.federated.loop import PrivacySettings
     from privasr.privacy.dp.accounting import PrivacyAccountant
     from privasr.privacy.dp.mechanisms import GaussianMechanism
 
-    neighboring = dp["neighboring"]
+    neighboring = dp.neighboring
     if neighboring == "auto":  # sampling a fixed number without replacement is analysed under replace-one
         neighboring = "replace_one" if sampler.kind == "without_replacement" else "add_or_remove_one"
     assert clip is not None
-    return PrivacySettings(GaussianMechanism(clip_norm=clip, noise_multiplier=dp["noise_multiplier"]),
-                           PrivacyAccountant(accountant=dp["accountant"], target_delta=dp["delta"],
+    return PrivacySettings(GaussianMechanism(clip_norm=clip, noise_multiplier=dp.noise_multiplier),
+                           PrivacyAccountant(accountant=dp.accountant, target_delta=dp.delta,
                                              neighboring=neighboring))
 
 
 def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm: Mapping[str, Any], init: str,
-              dp: Mapping[str, Any] | None, ckpt: Path | None, eval_ids: Sequence[Sequence[int]] | None = None
+              dp: DPSettings | None, ckpt: Path | None, eval_ids: Sequence[Sequence[int]] | None = None
               ) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], dict[str, Any], float]:
     """One federated run; the final parameters, the round history, privacy figures and its seconds."""
     from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
@@ -565,21 +726,23 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
     conf = FedLmConfig.from_dict(fedlm)
     alg = FedLmAlgorithm(conf, model.lm.model.config, model.lm.vocab,
                          model.init_params if init == "pretrained" else None)
-    privacy = _privacy(dp, conf.clip_norm, cfg.sampler)
+    fed = cfg.federated
+    sampler = fed.make_sampler()
+    privacy = _privacy(dp, conf.clip_norm, sampler)
     curve: list[float] = []
 
     def on_round(log: Any, state: Any) -> None:
-        if eval_ids is not None and cfg.eval_every and (log.round + 1) % cfg.eval_every == 0:
+        if eval_ids is not None and cfg.eval.every and (log.round + 1) % cfg.eval.every == 0:
             curve.append(alg.perplexity(state["params"], eval_ids))
             log.metrics["eval_ppl"] = curve[-1]
 
-    res = run_on(cfg.backend, alg, clients, options=cfg.backend_options,
+    res = run_on(fed.backend, alg, clients, options=fed.backend_options,
                  checkpoint_dir=ckpt, on_round=on_round, rounds=cfg.rounds,
-                 sampler=cfg.sampler, seed=cfg.seed, min_clients=cfg.min_clients, privacy=privacy)
+                 sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients, privacy=privacy)
     priv: dict[str, Any] = {}
     if privacy is not None:
         priv = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta),
-                "noise_multiplier": float(dp["noise_multiplier"]) if dp else 0.0, "clip_norm": conf.clip_norm,
+                "noise_multiplier": float(dp.noise_multiplier) if dp else 0.0, "clip_norm": conf.clip_norm,
                 "accountant": privacy.accountant.accountant, "neighboring": privacy.accountant.neighboring}
     return dict(res.state["params"]), [h.to_dict() for h in res.history], priv, time.perf_counter() - t0
 
@@ -618,18 +781,17 @@ def _rescore(cfg: FedLmRunConfig, lms: Mapping[str, Any], dev: Sequence[Any], te
     """``am + w_lm * first-pass LM + sum_k w_k * ln P_k + wp * n`` over the NNLMs ``lms`` (name -> LM or
     :class:`~privasr.rescore.combine.LMScoreCache`), weights tuned on ``dev``; the chosen ``test`` words."""
     from privasr.rescore.combine import Combination, score_table, select
-    from privasr.rescore.run import build_space
-    from privasr.rescore.search import tune
+    from privasr.rescore.search import build_space, tune
 
     dev_table = score_table(dev, lms)
     test_table = score_table(test, lms)
     comb = Combination(prior="am", lms=("lm", *lms))
-    ranges = dict(cfg.search.ranges)
+    search = cfg.rescore.search
+    ranges = dict(search.ranges)
     if "nnlm" in ranges:  # every NNLM weight takes the configured NNLM range
         ranges.update({k: ranges["nnlm"] for k in lms if k not in ranges})
-    space = build_space(comb, replace(cfg.search, ranges=ranges))
-    res = tune(dev, dev_table, comb, space, method="coordinate",
-               max_rounds=cfg.search.max_rounds, coarse_points=cfg.search.coarse_points, restarts=cfg.search.restarts)
+    space = build_space(comb, replace(search, ranges=ranges))
+    res = tune(dev, dev_table, comb, space, method="coordinate", **search.coordinate_options())
     choice = select(test_table, comb.totals(test_table, res.weights))
     words = [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(test, choice, strict=True)]
     return _Rescored(words, dict(res.weights), int(res.errors))
@@ -638,19 +800,27 @@ def _rescore(cfg: FedLmRunConfig, lms: Mapping[str, Any], dev: Sequence[Any], te
 # --------------------------------------------------------------------------------------------------- run
 
 
-def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run a validated FedLM config; write ``out/results.json`` and ``out/report.md``; return the metrics."""
-    from privasr.results import write_results
+def load_data(cfg: FedLmRunConfig) -> _Data:
+    """Stage 1: the clients' utterances and confidences, and the evaluation text (module docstring, step 2)."""
+    return _earnings21(cfg) if cfg.kind == "earnings21" else _nbest_data(cfg)
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    t0 = time.perf_counter()
-    data = _earnings21(cfg) if cfg.kind == "earnings21" else _nbest_data(cfg)
-    data_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model = _pretrained(cfg, out)
-    nnlm_s = time.perf_counter() - t0
+
+@dataclass
+class _EvalSets:
+    """The encoded clients and evaluation (and development) sentences, and the unadapted model's perplexities."""
+
+    clients: list[Any]
+    eval_ids: list[tuple[int, ...]]
+    eval_tokens: int
+    oov: int
+    ppl_scratch: float | None
+    ppl_base: float
+    dev_ids: list[tuple[int, ...]] | None
+
+
+def encode(cfg: FedLmRunConfig, data: _Data, model: _Model) -> _EvalSets:
+    """Stage 3: the clients and evaluation sentences as word ids of the NNLM's vocabulary, the unadapted (and
+    with ``init: scratch`` the freshly initialised) model's perplexity."""
     vocab = model.lm.vocab
     clients = _encode(data, vocab)
     eval_ids = [tuple(vocab.encode(s)) for s in data.eval_sentences]
@@ -659,68 +829,117 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     scratch = _perplexity(model, _scratch_params(cfg, model), eval_ids) if cfg.init == "scratch" else None
     ppl_base = _perplexity(model, model.init_params, eval_ids)
     dev_ids = [tuple(vocab.encode(s)) for s in data.dev_sentences] if data.dev_sentences else None
+    return _EvalSets(clients, eval_ids, eval_tokens, oov, scratch, ppl_base, dev_ids)
 
-    runs: dict[str, dict[str, Any]] = {}
 
-    def variant(name: str, fedlm: Mapping[str, Any], init: str, dp: Mapping[str, Any] | None) -> dict[str, Any]:
+class _Variants:
+    """The federated runs of an experiment by name (stage 4): a run is keyed by its resolved settings, so a
+    table row equal to an earlier run (a row spelling out a default included) reuses it."""
+
+    def __init__(self, cfg: FedLmRunConfig, model: _Model, sets: _EvalSets, out: Path) -> None:
+        self.cfg, self.model, self.sets, self.out = cfg, model, sets, out
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, name: str, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None) -> dict[str, Any]:
+        """The run ``name`` (``main`` is evaluated every ``eval.every`` rounds): parameters, history, privacy
+        figures, seconds and perplexities."""
         from privasr.federated.algorithms.fedlm import FedLmConfig
 
-        # keyed by the resolved settings: a row spelling out a default is the same run
-        key = (FedLmConfig.from_dict(fedlm).to_dict(), init, None if dp is None else dict(dp))
-        for r in runs.values():
+        key = (FedLmConfig.from_dict(fedlm).to_dict(), init, dp)
+        for r in self.runs.values():
             if r["key"] == key:
                 return r
-        params, hist, priv, secs = _federate(cfg, model, clients, fedlm, init, dp, out / "checkpoint" / name,
-                                             eval_ids if name == "main" else None)
+        sets = self.sets
+        params, hist, priv, secs = _federate(self.cfg, self.model, sets.clients, fedlm, init, dp,
+                                             self.out / "checkpoint" / name,
+                                             sets.eval_ids if name == "main" else None)
         r = {"key": key, "params": params, "history": hist, "priv": priv, "seconds": secs,
-             "ppl": _perplexity(model, params, eval_ids)}
-        if dev_ids is not None:
-            r["ppl_dev"] = _perplexity(model, params, dev_ids)
-        runs[name] = r
+             "ppl": _perplexity(self.model, params, sets.eval_ids)}
+        if sets.dev_ids is not None:
+            r["ppl_dev"] = _perplexity(self.model, params, sets.dev_ids)
+        self.runs[name] = r
         return r
 
-    main = variant("main", cfg.fedlm, cfg.init, cfg.dp)
+
+def evaluate(cfg: FedLmRunConfig, data: _Data, model: _Model, sets: _EvalSets, variants: _Variants,
+             main: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Stage 5: the perplexity metrics of the main run against the unadapted model (on the development set
+    too), its privacy figures, ``ppl_all_utts`` (``compare_all``) and the confidences' calibration (with
+    ``reliability.csv``)."""
+    loss = cfg.fedlm.get("loss", "all")
+    ppl_base = sets.ppl_base
     metrics: dict[str, Any] = {
         "ppl": main["ppl"], "ppl_baseline": ppl_base, "ppl_rel_change": (main["ppl"] - ppl_base) / ppl_base,
-        "loss": cfg.fedlm.get("loss", "all"), "init": cfg.init, "rounds": cfg.rounds, "clients": len(clients),
-        "client_words": data.info["words"], "eval_sentences": len(eval_ids), "eval_tokens": eval_tokens,
-        "eval_oov_rate": oov / eval_tokens if eval_tokens else 0.0, "vocab_size": len(vocab),
+        "loss": loss, "init": cfg.init, "rounds": cfg.rounds, "clients": len(sets.clients),
+        "client_words": data.info["words"], "eval_sentences": len(sets.eval_ids), "eval_tokens": sets.eval_tokens,
+        "eval_oov_rate": sets.oov / sets.eval_tokens if sets.eval_tokens else 0.0, "vocab_size": len(model.lm.vocab),
     }
-    if scratch is not None:
-        metrics["ppl_init"] = scratch
-    if dev_ids is not None:
-        metrics.update(ppl_dev=main["ppl_dev"], ppl_dev_baseline=_perplexity(model, model.init_params, dev_ids),
-                       dev_sentences=len(dev_ids), dev_tokens=sum(len(s) for s in dev_ids))
-    if cfg.fedlm.get("loss", "all") == "threshold":
+    if sets.ppl_scratch is not None:
+        metrics["ppl_init"] = sets.ppl_scratch
+    if sets.dev_ids is not None:
+        metrics.update(ppl_dev=main["ppl_dev"], ppl_dev_baseline=_perplexity(model, model.init_params, sets.dev_ids),
+                       dev_sentences=len(sets.dev_ids), dev_tokens=sum(len(s) for s in sets.dev_ids))
+    if loss == "threshold":
         metrics["threshold_kept_words"] = _kept_share(data, float(cfg.fedlm.get("threshold", 0.5)))
     metrics.update(main["priv"])
     if cfg.kind == "nbest":
-        metrics["rescore_with_baseline"] = cfg.with_baseline
-    if cfg.compare_all and cfg.fedlm.get("loss", "all") != "all":
-        metrics["ppl_all_utts"] = variant("all", {**cfg.fedlm, "loss": "all"}, cfg.init, cfg.dp)["ppl"]
+        metrics["rescore_with_baseline"] = cfg.rescore.with_baseline
+    if cfg.compare_all and loss != "all":
+        metrics["ppl_all_utts"] = variants("all", {**cfg.fedlm, "loss": "all"}, cfg.init, cfg.dp)["ppl"]
     elif cfg.compare_all:
         metrics["ppl_all_utts"] = main["ppl"]
     if data.confidence_report is not None:
         metrics.update({k: data.confidence_report[k] for k in ("ece", "auc", "ece_raw", "auc_raw")
                         if k in data.confidence_report})
         data.reliability.write_csv(out / "reliability.csv")
+    return metrics
+
+
+def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run a validated FedLM config; write ``out/results.json``, ``out/report.md`` and ``out/model.pt``; return
+    the metrics.
+
+    The stages: :func:`load_data`, :func:`build_model`, :func:`encode`, the federated main run
+    (:class:`_Variants`), :func:`evaluate`, the adapted model saved, its rescoring WER (N-best data), the
+    tables (:func:`_tables`), then the results and the report (:func:`write_report`).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    t0 = time.perf_counter()
+    data = load_data(cfg)
+    data_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = build_model(cfg, out)
+    nnlm_s = time.perf_counter() - t0
+    sets = encode(cfg, data, model)
+    variants = _Variants(cfg, model, sets, out)
+    main = variants("main", cfg.fedlm, cfg.init, cfg.dp)
+    metrics = evaluate(cfg, data, model, sets, variants, main, out)
     _save_model(out / MODEL_FILE, model, main["params"], {"name": cfg.name, "seed": cfg.seed, "ppl": main["ppl"],
                                                           "fedlm": dict(cfg.fedlm), "rounds": cfg.rounds})
-    rescored: dict[str, Any] = {}
-    ev = _WerEval(cfg, model, data) if cfg.kind == "nbest" else None
-    if ev is not None:
-        rescored = _wer(ev, main, metrics)
-    tables = _tables(cfg, variant, ppl_base, ev, data)
-    timing = {"data_s": data_s, "nnlm_s": nnlm_s, "federated_s": main["seconds"],
-              "variants_s": sum(r["seconds"] for n, r in runs.items() if n != "main")}
-    metrics.update(timing, total_s=time.perf_counter() - t_start)
+    wer_eval = _WerEval(cfg, model, data) if cfg.kind == "nbest" else None
+    rescored = _wer(wer_eval, main, metrics) if wer_eval is not None else {}
+    tables = _tables(cfg, variants, sets.ppl_base, wer_eval, data)
+    metrics.update(data_s=data_s, nnlm_s=nnlm_s, federated_s=main["seconds"],
+                   variants_s=sum(r["seconds"] for n, r in variants.runs.items() if n != "main"),
+                   total_s=time.perf_counter() - t_start)
+    write_report(cfg, out, metrics, tables, data, model, main, rescored, argv)
+    return metrics
+
+
+def write_report(cfg: FedLmRunConfig, out: Path, metrics: Mapping[str, Any], tables: Mapping[str, Any],
+                 data: _Data, model: _Model, main: Mapping[str, Any], rescored: Mapping[str, Any],
+                 argv: Sequence[str] | None) -> None:
+    """Stage 6: ``out/results.json`` (the resolved config, the metrics, the inputs' fingerprints, the NNLM,
+    the round history, the tables) and ``out/report.md``."""
+    from privasr.results import write_results
+
     extra = {"nnlm": model.info, "data_info": data.info, "history": main["history"], "tables": tables,
              "confidence": data.confidence_report, "rescore": rescored,
              "command": list(argv) if argv is not None else None}
-    data_paths = {k: v for k, v in cfg.data.items() if k != "kind"}
-    write_results(out, config=dict(cfg.raw), seed=cfg.seed, metrics=metrics, data=data_paths, extra=extra)
+    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=cfg.data.inputs(), extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tables, data.info, data.reliability), encoding="utf-8")
-    return metrics
 
 
 def _save_model(path: Path, model: _Model, params: Mapping[str, np.ndarray], extra: Mapping[str, Any]) -> None:
@@ -763,7 +982,7 @@ class _WerEval:
         adapted = LMScoreCache(_neural_lm(self.model, params))
         # alone it takes the unadapted model's place; with_baseline: log-linear interpolation with the unadapted
         # NNLM (both weights tuned on dev)
-        lms = {"nnlm": self.base_cache, "nnlm_adapted": adapted} if self.cfg.with_baseline else {"nnlm": adapted}
+        lms = {"nnlm": self.base_cache, "nnlm_adapted": adapted} if self.cfg.rescore.with_baseline else {"nnlm": adapted}
         new = _rescore(self.cfg, lms, self.dev, self.test)
         w = wer(self.refs, new.words)
         mp = mapsswe(self.refs, new.words, self.base.words, ids=self.ids)
@@ -779,7 +998,7 @@ def _wer(ev: _WerEval, run: dict[str, Any], metrics: dict[str, Any]) -> dict[str
     t0 = time.perf_counter()
     r = run.setdefault("wer", ev(run["params"]))
     bs = paired_bootstrap(r["_wer"].utt_errors, ev.w_base.utt_errors, r["_wer"].utt_ref_words, seed=ev.cfg.seed,
-                          resamples=ev.cfg.bootstrap_resamples)
+                          resamples=ev.cfg.eval.bootstrap_resamples)
     metrics.update({k: r[k] for k in ("wer", "wer_rel_change", "mapsswe_p", "mapsswe_z", "mapsswe_better")})
     metrics.update(wer_counts=_counts(r["_wer"]), wer_baseline_counts=_counts(ev.w_base))
     metrics.update(wer_baseline=ev.w_base.wer, wer_first_pass=ev.w_first.wer, bootstrap_ci_low=bs.ci_low,
@@ -818,38 +1037,38 @@ def _dev(r: Mapping[str, Any]) -> dict[str, Any]:
     return {"ppl_dev": r["ppl_dev"]} if "ppl_dev" in r else {}
 
 
-def _tables(cfg: FedLmRunConfig, variant: Any, ppl_base: float, ev: _WerEval | None, data: _Data
+def _tables(cfg: FedLmRunConfig, variant: _Variants, ppl_base: float, ev: _WerEval | None, data: _Data
             ) -> dict[str, list[dict[str, Any]]]:
     """The table rows (every row a federated run; a row equal to an earlier run reuses it); with N-best data
     each row also has its rescoring WER and MAPSSWE p against the unadapted NNLM; with a development set (the
     labelled calls of Earnings-21) its perplexity ``ppl_dev``."""
     tables: dict[str, list[dict[str, Any]]] = {}
-    if "loss" in cfg.tables:
+    if cfg.tables.loss is not None:
         rows: list[dict[str, Any]] = [{"loss": "none (unadapted)", "ppl": ppl_base}]
         if ev is not None:
             rows[0].update(wer=ev.w_base.wer, wer_rel_change=0.0, mapsswe_p=1.0)
-        for loss in cfg.tables["loss"]:
+        for loss in cfg.tables.loss:
             r = variant(f"loss-{loss}", {**cfg.fedlm, "loss": loss}, cfg.init, cfg.dp)
             rows.append({"loss": loss, "ppl": r["ppl"], **_dev(r), **_row_wer(ev, r), **r["priv"]})
         tables["loss"] = rows
-    if "threshold" in cfg.tables:
+    if cfg.tables.threshold is not None:
         rows = []
-        for c in cfg.tables["threshold"]:
+        for c in cfg.tables.threshold:
             r = variant(f"threshold-{c:g}", {**cfg.fedlm, "loss": "threshold", "threshold": c}, cfg.init, cfg.dp)
             rows.append({"threshold": c, "kept_words": _kept_share(data, c), "ppl": r["ppl"], **_dev(r),
                          **_row_wer(ev, r)})
         tables["threshold"] = rows
-    if "init" in cfg.tables:
+    if cfg.tables.init is not None:
         rows = []
-        for i in cfg.tables["init"]:
+        for i in cfg.tables.init:
             r = variant(f"init-{i}", cfg.fedlm, i, cfg.dp)
             rows.append({"init": i, "ppl": r["ppl"], **_dev(r), **_row_wer(ev, r)})
         tables["init"] = rows
-    if "noise" in cfg.tables:
-        base_dp = dict(cfg.dp or {"delta": 1e-5, "accountant": "rdp", "neighboring": "auto"})
+    if cfg.tables.noise is not None:
+        base_dp = cfg.dp or DPSettings(noise_multiplier=0.0)  # delta, accountant, neighboring: the defaults
         rows = []
-        for z in cfg.tables["noise"]:
-            r = variant(f"noise-{z:g}", cfg.fedlm, cfg.init, {**base_dp, "noise_multiplier": z})
+        for z in cfg.tables.noise:
+            r = variant(f"noise-{z:g}", cfg.fedlm, cfg.init, replace(base_dp, noise_multiplier=z))
             rows.append({"noise_multiplier": z, "ppl": r["ppl"], **_row_wer(ev, r),
                          "epsilon": r["priv"].get("epsilon"), "delta": r["priv"].get("delta")})
         tables["noise"] = rows
@@ -875,7 +1094,7 @@ def _reliability_lines(curve: Any) -> list[str]:
 def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any], info: Mapping[str, Any],
             curve: Any = None) -> str:
     lines = [f"# {cfg.name}", "",
-             f"privasr {__version__}, seed {cfg.seed}, {m['clients']} clients ({cfg.client_key}), "
+             f"privasr {__version__}, seed {cfg.seed}, {m['clients']} clients ({cfg.clients.key}), "
              f"{m['rounds']} rounds, loss {m['loss']}, init {m['init']}", "",
              "| model | perplexity |", "|---|---|",
              f"| unadapted | {m['ppl_baseline']:.2f} |",
