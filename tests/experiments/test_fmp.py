@@ -160,28 +160,3 @@ def test_exactly_normalised_run(corpus, tmp_path):
     assert 0.0 <= m["wer"] <= 1.0
     with pytest.raises(ConfigError, match="normalize"):
         load_fmp_config(_raw(corpus, tmp_path, normalize=True, oracle_cache=True))
-
-
-def test_nnlm_normalizer_is_the_log_partition_sum(tmp_path):
-    import numpy as np
-
-    from privasr.corpus.records import Hypothesis, NBest
-    from privasr.experiments.fmp import nnlm_normalizer
-    from privasr.federated.algorithms.fmp import FmpUtterance
-    from privasr.lm.neural.models import NeuralLMConfig, build_model
-    from privasr.lm.neural.scorer import NeuralLM
-    from privasr.lm.neural.vocab import Vocabulary
-
-    v = Vocabulary.build([["a", "b", "c"]])
-    torch.manual_seed(0)
-    lm = NeuralLM(build_model(NeuralLMConfig.preset("tiny-transformer"), v), v)
-    nb = NBest("u", (Hypothesis.from_text("a b"), Hypothesis.from_text("c")))
-    f = np.array([0.0, 0.0, 0.0, 0.7, -0.3, 0.2])
-    got = nnlm_normalizer(lm, [nb])(FmpUtterance("u", ([3, 4], [5]), [0.0, 0.0]), f)
-    # brute force: ln Z(h) = ln sum_v p(v|h) exp(f(v)) at every history of each hypothesis (</s> included)
-    want = []
-    for words in (["a", "b"], ["c"]):
-        hist = [words[:k] for k in range(len(words) + 1)]
-        d = lm.distributions(hist) * np.log(10)  # natural-log next-word distributions
-        want.append(float(np.sum(np.log(np.exp(d + f).sum(axis=1)))))
-    assert np.allclose(got, want, atol=1e-5)

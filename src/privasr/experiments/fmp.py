@@ -13,7 +13,7 @@
    speakers) in time order, split into ``T + 1`` groups; group ``t`` is rescored in round ``t`` with the NNLM
    rescaled by the marginals known then. The adapted score of a hypothesis is the baseline score plus
    ``w_nnlm * lam * sum_w ln(g_i(w) / u(w))`` (eq. 1, unnormalised, scaled like the NNLM score; with
-   ``normalize: true`` the rescaled NNLM is renormalised exactly at every history, :func:`nnlm_normalizer`,
+   ``normalize: true`` the rescaled NNLM is renormalised exactly at every history, :func:`~privasr.federated.algorithms.fmp_data.nnlm_normalizer`,
    which runs the NNLM on the device for every utterance). ``lam`` is
    tuned on the dev clients (the same FMP simulation, dev references only); everything else follows the config.
    With ``fmp.order: 2`` (or a ``tables.bigram`` row) the clients also keep personal bigram marginals on the
@@ -93,14 +93,19 @@ from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
 from privasr.experiments.rescore import SplitSettings
 from privasr.federated.algorithms.fmp import REFRESH, SEND, FmpConfig
-from privasr.federated.algorithms.fmp_data import background_unigram, build_clients, dp_settings
+from privasr.federated.algorithms.fmp_data import (
+    background_unigram,
+    build_clients,
+    dp_settings,
+    nnlm_normalizer,
+)
 from privasr.federated.sampling import FederationSettings
 from privasr.rescore.lms import LMSettings
 from privasr.rescore.search import SearchSettings
 
 __all__ = ["FmpRunConfig", "FmpDataSettings", "ClientSettings", "FmpCombineSettings", "FmpSearchSettings",
            "FmpSettings", "DpSettings", "HyperRow", "TablesSettings", "FmpEvalSettings", "load_fmp_config",
-           "run_fmp", "simulate", "nnlm_normalizer"]
+           "run_fmp", "simulate"]
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -533,32 +538,6 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     if privacy is not None:
         priv = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta)}
     return chosen, res.history, priv
-
-
-def nnlm_normalizer(lm: Any, nbests: Sequence[NBest]) -> Any:
-    """The ``normalizer`` of :class:`~privasr.federated.algorithms.fmp.FmpAlgorithm` for a
-    :class:`~privasr.lm.neural.scorer.NeuralLM`: per hypothesis ``sum_k ln Z(h_k)`` computed as
-    ``ln P(s) + sum_k f(w_k) - ln P'(s)``, with ``P'`` the NNLM with the log-bias ``f`` renormalised exactly at
-    every history (``NeuralLM.with_bias(f, renormalize=True)``). The special words (``<unk>``, ``<s>``, ``</s>``)
-    keep factor 0, as in the unnormalised rescaling."""
-    words = {nb.utt_id: [h.words for h in nb.hyps] for nb in nbests}
-    specials = np.array([lm.vocab.unk_id, lm.vocab.bos_id, lm.vocab.eos_id])
-    # the unbiased scores and the word ids of an utterance do not change between calls (rounds, lam values)
-    fixed: dict[str, tuple[np.ndarray, list[np.ndarray]]] = {}
-
-    def normalizer(utt: Any, f: np.ndarray) -> np.ndarray:
-        g = np.array(f, dtype=np.float64)
-        g[specials] = 0.0
-        hyps = words[utt.utt_id]
-        if utt.utt_id not in fixed:
-            fixed[utt.utt_id] = (np.array([s.ln_total for s in lm.score_batch(hyps)]),
-                                 [np.asarray(lm.vocab.encode(h), dtype=np.int64) for h in hyps])
-        plain, ids = fixed[utt.utt_id]
-        ren = np.array([s.ln_total for s in lm.with_bias(g, renormalize=True).score_batch(hyps)])
-        bias = np.array([g[i].sum() for i in ids])
-        return plain + bias - ren
-
-    return normalizer
 
 
 def _errors(chosen: Mapping[str, int], nbests: Sequence[NBest], offsets: np.ndarray, hyp_errors: np.ndarray) -> int:

@@ -73,3 +73,28 @@ def test_dp_settings_add_unit_cap_and_the_noise_threshold():
     assert dp_settings({**fmp, "qbar_threshold": 0.0}, dp, 3)["qbar_threshold"] == 0.0
     assert dp_settings(fmp, {"epsilon": 1.0, "unit": "utterance", "cap": 1.0}, 0)["qbar_threshold"] == (
         3.0 * 1.0 * math.sqrt(2.0))
+
+
+def test_nnlm_normalizer_is_the_log_partition_sum(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    from privasr.corpus.records import Hypothesis, NBest
+    from privasr.federated.algorithms.fmp import FmpUtterance
+    from privasr.federated.algorithms.fmp_data import nnlm_normalizer
+    from privasr.lm.neural.models import NeuralLMConfig, build_model
+    from privasr.lm.neural.scorer import NeuralLM
+    from privasr.lm.neural.vocab import Vocabulary
+
+    v = Vocabulary.build([["a", "b", "c"]])
+    torch.manual_seed(0)
+    lm = NeuralLM(build_model(NeuralLMConfig.preset("tiny-transformer"), v), v)
+    nb = NBest("u", (Hypothesis.from_text("a b"), Hypothesis.from_text("c")))
+    f = np.array([0.0, 0.0, 0.0, 0.7, -0.3, 0.2])
+    got = nnlm_normalizer(lm, [nb])(FmpUtterance("u", ([3, 4], [5]), [0.0, 0.0]), f)
+    # brute force: ln Z(h) = ln sum_v p(v|h) exp(f(v)) at every history of each hypothesis (</s> included)
+    want = []
+    for words in (["a", "b"], ["c"]):
+        hist = [words[:k] for k in range(len(words) + 1)]
+        d = lm.distributions(hist) * np.log(10)  # natural-log next-word distributions
+        want.append(float(np.sum(np.log(np.exp(d + f).sum(axis=1)))))
+    assert np.allclose(got, want, atol=1e-5)

@@ -694,7 +694,7 @@ class FmpAlgorithm:
             unigram log-factors ``f`` (natural log, ``lambda`` included). The adapted score then becomes
             ``base + bias_weight * (sum_k f(w_k) - sum_k ln Z(h_k))``: the NNLM rescaled and renormalised at
             every history. It needs the NNLM on the device (the experiment runner passes
-            :func:`privasr.experiments.fmp.nnlm_normalizer`); clients then hold the whole ``qbar``. Personal
+            :func:`privasr.federated.algorithms.fmp_data.nnlm_normalizer`); clients then hold the whole ``qbar``. Personal
             bigram factors, when on, stay unnormalised.
 
     Raises:

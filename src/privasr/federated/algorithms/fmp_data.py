@@ -23,7 +23,7 @@ from privasr.corpus.partition import time_rounds
 from privasr.corpus.records import NBest, Population
 from privasr.federated.algorithms.fmp import FmpClient, FmpUtterance
 
-__all__ = ["WordIds", "background_unigram", "build_clients", "dp_settings"]
+__all__ = ["WordIds", "background_unigram", "build_clients", "dp_settings", "nnlm_normalizer"]
 
 
 class WordIds:
@@ -133,3 +133,29 @@ def dp_settings(fmp: Mapping[str, Any], dp: Mapping[str, Any], rounds: int) -> d
         b = dp["cap"] / dp["epsilon"]
         cfg["qbar_threshold"] = dp.get("threshold_sd", 3.0) * b * math.sqrt(2.0 * (rounds + 1))
     return cfg
+
+
+def nnlm_normalizer(lm: Any, nbests: Sequence[NBest]) -> Any:
+    """The ``normalizer`` of :class:`~privasr.federated.algorithms.fmp.FmpAlgorithm` for a
+    :class:`~privasr.lm.neural.scorer.NeuralLM`: per hypothesis ``sum_k ln Z(h_k)`` computed as
+    ``ln P(s) + sum_k f(w_k) - ln P'(s)``, with ``P'`` the NNLM with the log-bias ``f`` renormalised exactly at
+    every history (``NeuralLM.with_bias(f, renormalize=True)``). The special words (``<unk>``, ``<s>``, ``</s>``)
+    keep factor 0, as in the unnormalised rescaling."""
+    words = {nb.utt_id: [h.words for h in nb.hyps] for nb in nbests}
+    specials = np.array([lm.vocab.unk_id, lm.vocab.bos_id, lm.vocab.eos_id])
+    # the unbiased scores and the word ids of an utterance do not change between calls (rounds, lam values)
+    fixed: dict[str, tuple[np.ndarray, list[np.ndarray]]] = {}
+
+    def normalizer(utt: Any, f: np.ndarray) -> np.ndarray:
+        g = np.array(f, dtype=np.float64)
+        g[specials] = 0.0
+        hyps = words[utt.utt_id]
+        if utt.utt_id not in fixed:
+            fixed[utt.utt_id] = (np.array([s.ln_total for s in lm.score_batch(hyps)]),
+                                 [np.asarray(lm.vocab.encode(h), dtype=np.int64) for h in hyps])
+        plain, ids = fixed[utt.utt_id]
+        ren = np.array([s.ln_total for s in lm.with_bias(g, renormalize=True).score_batch(hyps)])
+        bias = np.array([g[i].sum() for i in ids])
+        return plain + bias - ren
+
+    return normalizer
