@@ -102,7 +102,7 @@ the full example)::
       ranges: {}                      # lm | word_penalty: [min, max, step] (default [0, 30, 0.5], [-30, 30, 0.5])
       max_rounds: 20
       coarse_points: 7                # >= 2
-      restarts: 3                     # >= 0
+      restarts: 3                     # >= 1
     eval: {bootstrap_resamples: 1000}
     cache_dir: null                   # trained models and entity spans (null: OUT/cache)
     export_arpa: false                # write OUT/arpa/*.arpa for first-pass decoding
@@ -353,7 +353,7 @@ class CoordinateSearchSettings:
     ranges: dict[str, Any] = field(default_factory=dict)
     max_rounds: int = setting(20, min=1)
     coarse_points: int = setting(7, min=2)
-    restarts: int = setting(3, min=0)
+    restarts: int = setting(3, min=1)
 
     def __config_check__(self, where: str, ctx: Context) -> CoordinateSearchSettings:
         from privasr.rescore.search import SearchSettings

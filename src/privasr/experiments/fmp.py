@@ -46,7 +46,7 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
       ranges: {}                      # PARAM: [min, max, step] (privasr.rescore.search.default_ranges)
       max_rounds: 20                  # >= 1
       coarse_points: 7                # >= 2
-      restarts: 3                     # >= 0
+      restarts: 3                     # >= 1
     fmp: {alpha: 0.5, beta: 0.25, sigma: 5.0, smoothing: 1.0, refresh: utterance, send: increment,
           rounds: 10, qbar_threshold: null, order: 1, beta2: 0.5, smoothing2: 1.0}
                                       # FmpConfig's settings (alpha + beta <= 1), rounds T >= 0; qbar_threshold
@@ -166,7 +166,7 @@ class FmpSearchSettings:
     ranges: dict[str, Any] = field(default_factory=dict)
     max_rounds: int = setting(20, min=1)
     coarse_points: int = setting(7, min=2)
-    restarts: int = setting(3, min=0)
+    restarts: int = setting(3, min=1)
 
     def __config_check__(self, where: str, ctx: Context) -> FmpSearchSettings:
         ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
