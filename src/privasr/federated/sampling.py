@@ -397,7 +397,10 @@ class FederationSettings:
     min_clients: int = setting(1, min=1)
 
     def __config_check__(self, where: str, ctx: Any) -> None:
-        self.make_sampler()  # validates
+        try:
+            self.make_sampler()
+        except ConfigError as e:
+            raise ConfigError(f"config key '{where}.sampler': {e.message}", expected=e.expected) from None
 
     def make_sampler(self) -> Any:
         """The client sampler the ``sampler`` spec describes."""
