@@ -147,3 +147,22 @@ def test_read_config_names_file_and_line(tmp_path):
 def test_setting_rejects_unknown_rules():
     with pytest.raises(TypeError, match="unknown setting rule"):
         setting(1, minimum=0)
+
+
+@dataclass(frozen=True)
+class Checked:
+    rate: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.rate > 0.9:
+            raise ConfigError(f"rate={self.rate} is too high", expected="at most 0.9")
+
+
+@dataclass(frozen=True)
+class HoldsChecked:
+    algo: Checked = field(default_factory=Checked)
+
+
+def test_a_schemas_own_checks_name_its_section():
+    with pytest.raises(ConfigError, match=r"config key 'algo': rate=0.95 is too high .expected at most 0.9"):
+        from_mapping(HoldsChecked, {"algo": {"rate": 0.95}})

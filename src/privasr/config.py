@@ -301,8 +301,11 @@ def from_mapping(cls: type[T], data: Any, where: str = "", ctx: Context | None =
         kwargs[f.name] = _convert(hints[f.name], d[f.name], key, f.metadata, ctx)
     try:
         obj = cls(**kwargs)
-    except ConfigError:
-        raise
+    except ConfigError as e:  # a schema's own value checks: name the section they are in
+        if not where or where in e.message:
+            raise
+        raise ConfigError(f"config key {where!r}: {e.message}", path=e.path, line=e.line,
+                          expected=e.expected) from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config key {where or 'config'!r}: {e}") from None
     check = getattr(obj, "__config_check__", None)
