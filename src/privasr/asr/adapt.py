@@ -316,6 +316,130 @@ def _check_pcm(utt: str, x: Any) -> np.ndarray:
     return a
 
 
+def _check_inputs(audio: Mapping[str, Any], transcripts: Mapping[str, Sequence[str]], dest: Path,
+                  method: str) -> None:
+    if method not in METHODS:
+        raise ConfigError(f"adaptation method {method!r}", expected=" or ".join(METHODS))
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InputError("the output exists and is not an empty folder", path=dest,
+                         expected="a new folder for the adapted model")
+    if not audio:
+        raise InputError("no adaptation audio", expected="at least one utterance")
+    missing = [u for u in audio if u not in transcripts]
+    if missing:
+        raise InputError(f"{len(missing)} utterances have no transcript (e.g. {', '.join(missing[:3])})",
+                         expected="a transcript for every audio utterance")
+
+
+def _dictionary(dictionary: PathLike | None, base: PathLike | None) -> tuple[Path, frozenset[str], bool]:
+    """The pronunciation dictionary, the words it (with the bundled one, if merged) knows, whether to merge."""
+    from privasr.asr.decode import default_model
+
+    dic = Path(dictionary) if dictionary is not None else Path(default_model()["dict"])
+    if not dic.is_file():
+        raise InputError("no such dictionary", path=dic, expected="a CMUdict-format pronunciation dictionary")
+    known = dictionary_words(dic)
+    merge = dictionary is not None and base is None  # the bundled model's own dictionary covers the rest
+    if merge:
+        known = known | dictionary_words(default_model()["dict"])
+    return dic, known, merge
+
+
+def _tools() -> dict[str, str]:
+    """The SphinxTrain programs and ``sphinx_fe``, by name."""
+    progs = {n: sphinxtrain_program(n) for n in ("bw", "map_adapt", "mk_s2sendump", "mllr_solve", "mllr_transform")}
+    fe = shutil.which("sphinx_fe")
+    if fe is None:
+        raise ConfigError("sphinx_fe not found", expected="Debian's sphinxbase-utils (apt-get install sphinxbase-utils)")
+    return {**progs, "sphinx_fe": fe}
+
+
+def _write_audio(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping[str, Sequence[str]],
+                 known: frozenset[str], work: Path) -> tuple[list[str], list[str], int, float]:
+    """The utterances the dictionary covers as ``work/wav/uNNNNNN.wav``: their ids, transcription lines, the
+    number left out, the audio seconds."""
+    import soundfile as sf
+
+    from privasr.asr.decode import SAMPLE_RATE, read_audio
+
+    (work / "wav").mkdir()
+    ids, lines, oov, audio_s = [], [], 0, 0.0
+    for k, (utt, x) in enumerate(audio.items()):
+        words = [str(w) for w in transcripts[utt]]
+        if not words or any(w not in known for w in words):
+            oov += 1
+            continue
+        pcm = read_audio(x) if isinstance(x, str | os.PathLike) else _check_pcm(utt, x)
+        name = f"u{k:06d}"
+        sf.write(str(work / "wav" / f"{name}.wav"), pcm, SAMPLE_RATE, subtype="PCM_16")
+        ids.append(name)
+        lines.append(f"<s> {' '.join(words)} </s> ({name})")
+        audio_s += len(pcm) / SAMPLE_RATE
+    return ids, lines, oov, audio_s
+
+
+def _features(tools: Mapping[str, str], model: Path, work: Path, ids: list[str], lines: list[str]) -> None:
+    """The control and transcription files, and the MFCCs of ``work/wav`` (``sphinx_fe``)."""
+    from privasr.asr.decode import SAMPLE_RATE
+
+    (work / "adapt.fileids").write_text("\n".join(ids) + "\n", encoding="utf-8")
+    (work / "adapt.transcription").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _tool([tools["sphinx_fe"], "-argfile", str(model / "feat.params"), "-samprate", str(SAMPLE_RATE), "-c",
+           str(work / "adapt.fileids"), "-di", str(work / "wav"), "-do", str(work / "wav"), "-ei", "wav",
+           "-eo", "mfc", "-mswav", "yes"], work / "sphinx_fe.log", "computing features")
+
+
+def _baum_welch(tools: Mapping[str, str], model: Path, fp: Mapping[str, str], dic: Path, work: Path,
+                n: int) -> int:
+    """One ``bw`` pass into ``work/accum``; returns how many of the ``n`` utterances it could not align."""
+    (work / "accum").mkdir()
+    bw_cmd = [tools["bw"], "-hmmdir", str(model), "-moddeffn", str(model / "mdef.txt"), "-ts2cbfn", _kind(fp),
+              "-dictfn", str(dic), "-fdictfn", str(model / "noisedict"), "-ctlfn", str(work / "adapt.fileids"),
+              "-lsnfn", str(work / "adapt.transcription"), "-cepdir", str(work / "wav"), "-cepext", "mfc",
+              "-accumdir", str(work / "accum")]
+    for opt in ("-feat", "-svspec", "-cmn", "-agc", "-varnorm", "-lda", "-ldadim"):
+        if opt in fp:
+            bw_cmd += [opt, fp[opt]]
+    log = _tool(bw_cmd, work / "bw.log", "collecting statistics")
+    failed = len(re.findall(r"(?m)^ERROR: .*\bu\d{6} ignored$", log))  # bw skips what it cannot align
+    if failed >= n:
+        raise InputError(f"SphinxTrain could not align any of the {n} utterances to its transcript",
+                         path=work / "bw.log", expected="audio that speaks its transcript")
+    return failed
+
+
+def _kind(fp: Mapping[str, str]) -> str:
+    """SphinxTrain's tied-Gaussian type (``-ts2cbfn``) of a model's ``-model``."""
+    return {"ptm": ".ptm.", "semi": ".semi.", "cont": ".cont."}.get(fp.get("-model", "ptm"), ".ptm.")
+
+
+def _map_update(tools: Mapping[str, str], model: Path, fp: Mapping[str, str], work: Path, out_model: Path) -> None:
+    """``map_adapt`` from the counts, then ``mk_s2sendump`` for the 8-bit mixture weights."""
+    _tool([tools["map_adapt"], "-moddeffn", str(model / "mdef.txt"), "-ts2cbfn", _kind(fp),
+           "-meanfn", str(model / "means"), "-varfn", str(model / "variances"),
+           "-mixwfn", str(model / "mixture_weights"), "-tmatfn", str(model / "transition_matrices"),
+           "-accumdir", str(work / "accum"), "-mapmeanfn", str(out_model / "means"),
+           "-mapvarfn", str(out_model / "variances"), "-mapmixwfn", str(work / "mixture_weights"),
+           "-maptmatfn", str(out_model / "transition_matrices")], work / "map_adapt.log", "MAP update")
+    _tool([tools["mk_s2sendump"], "-pocketsphinx", "yes", "-moddeffn", str(model / "mdef.txt"),
+           "-mixwfn", str(work / "mixture_weights"), "-sendumpfn", str(out_model / "sendump")],
+          work / "mk_s2sendump.log", "writing the sendump")
+
+
+def _mllr_update(tools: Mapping[str, str], model: Path, work: Path, out_model: Path) -> None:
+    """One global MLLR mean transform (``mllr_solve``, ``mllr_transform``); the rest is the base model's."""
+    _tool([tools["mllr_solve"], "-meanfn", str(model / "means"), "-varfn", str(model / "variances"),
+           "-outmllrfn", str(work / "mllr_matrix"), "-accumdir", str(work / "accum")],
+          work / "mllr_solve.log", "estimating MLLR")
+    _tool([tools["mllr_transform"], "-inmeanfn", str(model / "means"), "-outmeanfn",
+           str(out_model / "means"), "-mllrmat", str(work / "mllr_matrix")],
+          work / "mllr_transform.log", "applying MLLR")
+    for n in ("variances", "transition_matrices", "sendump", "mixture_weights"):
+        if (model / n).is_file() and not (n == "mixture_weights" and (model / "sendump").is_file()):
+            shutil.copyfile(model / n, out_model / n)
+    shutil.copyfile(work / "mllr_matrix", out_model / "mllr_matrix")
+
+
 def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping[str, Sequence[str]],
                 out: PathLike, *, method: str = "map", base: PathLike | None = None,
                 dictionary: PathLike | None = None, keep_work: bool = False,
@@ -341,31 +465,12 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
     >>> model.method, model.utterances  # doctest: +SKIP
     ('map', 2)
     """
-    from privasr.asr.decode import SAMPLE_RATE, default_model, read_audio
+    from privasr.asr.decode import default_model
 
-    if method not in METHODS:
-        raise ConfigError(f"adaptation method {method!r}", expected=" or ".join(METHODS))
     dest = Path(out)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise InputError("the output exists and is not an empty folder", path=dest,
-                         expected="a new folder for the adapted model")
-    if not audio:
-        raise InputError("no adaptation audio", expected="at least one utterance")
-    missing = [u for u in audio if u not in transcripts]
-    if missing:
-        raise InputError(f"{len(missing)} utterances have no transcript (e.g. {', '.join(missing[:3])})",
-                         expected="a transcript for every audio utterance")
-    dic = Path(dictionary) if dictionary is not None else Path(default_model()["dict"])
-    if not dic.is_file():
-        raise InputError("no such dictionary", path=dic, expected="a CMUdict-format pronunciation dictionary")
-    known = dictionary_words(dic)
-    merge = dictionary is not None and base is None  # the bundled model's own dictionary covers the rest
-    if merge:
-        known = known | dictionary_words(default_model()["dict"])
-    progs = {n: sphinxtrain_program(n) for n in ("bw", "map_adapt", "mk_s2sendump", "mllr_solve", "mllr_transform")}
-    fe = shutil.which("sphinx_fe")
-    if fe is None:
-        raise ConfigError("sphinx_fe not found", expected="Debian's sphinxbase-utils (apt-get install sphinxbase-utils)")
+    _check_inputs(audio, transcripts, dest, method)
+    dic, known, merge = _dictionary(dictionary, base)
+    tools = _tools()
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -375,90 +480,27 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
         model = prepare_base(base, work / "base")
         fp = read_feat_params(model)
         say("writing features")
-        import soundfile as sf
-
-        (work / "wav").mkdir()
-        ids, lines, oov, audio_s = [], [], 0, 0.0
-        for k, (utt, x) in enumerate(audio.items()):
-            words = [str(w) for w in transcripts[utt]]
-            if not words or any(w not in known for w in words):
-                oov += 1
-                continue
-            pcm = read_audio(x) if isinstance(x, str | os.PathLike) else _check_pcm(utt, x)
-            name = f"u{k:06d}"
-            sf.write(str(work / "wav" / f"{name}.wav"), pcm, SAMPLE_RATE, subtype="PCM_16")
-            ids.append(name)
-            lines.append(f"<s> {' '.join(words)} </s> ({name})")
-            audio_s += len(pcm) / SAMPLE_RATE
+        ids, lines, oov, audio_s = _write_audio(audio, transcripts, known, work)
         if not ids:
             raise InputError(f"none of the {len(audio)} utterances has every word in the dictionary", path=dic,
                              expected="adaptation transcripts the dictionary covers")
         if merge:
             dic = _merged_dictionary(dic, Path(default_model()["dict"]), work / "merged.dict")
-        (work / "adapt.fileids").write_text("\n".join(ids) + "\n", encoding="utf-8")
-        (work / "adapt.transcription").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        _tool([fe, "-argfile", str(model / "feat.params"), "-samprate", str(SAMPLE_RATE), "-c",
-               str(work / "adapt.fileids"), "-di", str(work / "wav"), "-do", str(work / "wav"), "-ei", "wav",
-               "-eo", "mfc", "-mswav", "yes"], work / "sphinx_fe.log", "computing features")
+        _features(tools, model, work, ids, lines)
         say(f"Baum-Welch statistics over {len(ids)} utterances")
-        (work / "accum").mkdir()
-        kind = {"ptm": ".ptm.", "semi": ".semi.", "cont": ".cont."}.get(fp.get("-model", "ptm"), ".ptm.")
-        bw_cmd = [progs["bw"], "-hmmdir", str(model), "-moddeffn", str(model / "mdef.txt"), "-ts2cbfn", kind,
-                  "-dictfn", str(dic), "-fdictfn", str(model / "noisedict"), "-ctlfn", str(work / "adapt.fileids"),
-                  "-lsnfn", str(work / "adapt.transcription"), "-cepdir", str(work / "wav"), "-cepext", "mfc",
-                  "-accumdir", str(work / "accum")]
-        for opt in ("-feat", "-svspec", "-cmn", "-agc", "-varnorm", "-lda", "-ldadim"):
-            if opt in fp:
-                bw_cmd += [opt, fp[opt]]
-        log = _tool(bw_cmd, work / "bw.log", "collecting statistics")
-        failed = len(re.findall(r"(?m)^ERROR: .*\bu\d{6} ignored$", log))  # bw skips what it cannot align
-        if failed >= len(ids):
-            raise InputError(f"SphinxTrain could not align any of the {len(ids)} utterances to its transcript",
-                             path=work / "bw.log", expected="audio that speaks its transcript")
+        failed = _baum_welch(tools, model, fp, dic, work, len(ids))
         out_model = work / "model"
         out_model.mkdir()
         if method == "map":
             say("MAP update")
-            _tool([progs["map_adapt"], "-moddeffn", str(model / "mdef.txt"), "-ts2cbfn", kind,
-                   "-meanfn", str(model / "means"), "-varfn", str(model / "variances"),
-                   "-mixwfn", str(model / "mixture_weights"), "-tmatfn", str(model / "transition_matrices"),
-                   "-accumdir", str(work / "accum"), "-mapmeanfn", str(out_model / "means"),
-                   "-mapvarfn", str(out_model / "variances"), "-mapmixwfn", str(work / "mixture_weights"),
-                   "-maptmatfn", str(out_model / "transition_matrices")], work / "map_adapt.log", "MAP update")
-            _tool([progs["mk_s2sendump"], "-pocketsphinx", "yes", "-moddeffn", str(model / "mdef.txt"),
-                   "-mixwfn", str(work / "mixture_weights"), "-sendumpfn", str(out_model / "sendump")],
-                  work / "mk_s2sendump.log", "writing the sendump")
+            _map_update(tools, model, fp, work, out_model)
         else:
             say("MLLR transform")
-            _tool([progs["mllr_solve"], "-meanfn", str(model / "means"), "-varfn", str(model / "variances"),
-                   "-outmllrfn", str(work / "mllr_matrix"), "-accumdir", str(work / "accum")],
-                  work / "mllr_solve.log", "estimating MLLR")
-            _tool([progs["mllr_transform"], "-inmeanfn", str(model / "means"), "-outmeanfn",
-                   str(out_model / "means"), "-mllrmat", str(work / "mllr_matrix")],
-                  work / "mllr_transform.log", "applying MLLR")
-            for n in ("variances", "transition_matrices", "sendump", "mixture_weights"):
-                if (model / n).is_file() and not (n == "mixture_weights" and (model / "sendump").is_file()):
-                    shutil.copyfile(model / n, out_model / n)
-            shutil.copyfile(work / "mllr_matrix", out_model / "mllr_matrix")
+            _mllr_update(tools, model, work, out_model)
         for n in ("mdef", "feat.params", "noisedict"):
             shutil.copyfile(model / n, out_model / n)
-        base_path = str(Path(base).resolve()) if base is not None else "pocketsphinx bundled en-us"
-        manifest = {
-            "method": method,
-            "base": base_path,
-            "base_fingerprint": _fingerprint(Path(base) if base is not None else Path(default_model()["hmm"])),
-            "dictionary": str(Path(dictionary).resolve()) if dictionary is not None else "pocketsphinx bundled cmudict",
-            "dictionary_merged_with_bundled": merge,
-            "utterances": len(ids) - failed,
-            "left_out": {"oov": oov, "not_aligned": failed},
-            "audio_s": round(audio_s, 3),
-            "seconds": round(time.perf_counter() - t0, 1),
-            "tools": {**progs, "sphinx_fe": fe},
-            "fingerprint": _fingerprint(out_model),
-        }
-        from privasr import __version__
-
-        manifest["privasr_version"] = __version__
+        manifest = _manifest(method, base, dictionary, merge, len(ids) - failed, {"oov": oov, "not_aligned": failed},
+                             audio_s, t0, tools, out_model)
         (out_model / MODEL_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if keep_work:
             shutil.copytree(work, out_model / "work", ignore=shutil.ignore_patterns("model"))
@@ -468,3 +510,26 @@ def adapt_model(audio: Mapping[str, np.ndarray | PathLike], transcripts: Mapping
         return AdaptedModel(dest, method, manifest["utterances"], manifest["left_out"], audio_s, manifest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _manifest(method: str, base: PathLike | None, dictionary: PathLike | None, merge: bool, utterances: int,
+              left_out: dict[str, int], audio_s: float, t0: float, tools: Mapping[str, str],
+              out_model: Path) -> dict[str, Any]:
+    """``privasr-model.json`` of an adapted model folder."""
+    from privasr import __version__
+    from privasr.asr.decode import default_model
+
+    return {
+        "method": method,
+        "base": str(Path(base).resolve()) if base is not None else "pocketsphinx bundled en-us",
+        "base_fingerprint": _fingerprint(Path(base) if base is not None else Path(default_model()["hmm"])),
+        "dictionary": str(Path(dictionary).resolve()) if dictionary is not None else "pocketsphinx bundled cmudict",
+        "dictionary_merged_with_bundled": merge,
+        "utterances": utterances,
+        "left_out": left_out,
+        "audio_s": round(audio_s, 3),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "tools": dict(tools),
+        "fingerprint": _fingerprint(out_model),
+        "privasr_version": __version__,
+    }

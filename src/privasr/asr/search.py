@@ -487,6 +487,42 @@ Method = Literal["greedy", "beam"]
 Head = Literal["auto", "attention", "ctc", "joint"]
 
 
+def _joint_head(model: AcousticModel, method: str, head: str, ctc_weight: float | None) -> tuple[bool, float | None]:
+    """Check ``method`` and ``head``; whether the search is joint, and the CTC weight (the model's by default)."""
+    if method not in ("greedy", "beam"):
+        raise ConfigError(f"method={method!r}", expected="'greedy' or 'beam'")
+    if head not in ("auto", "attention", "ctc", "joint"):
+        raise ConfigError(f"head={head!r}", expected="'auto', 'attention', 'ctc' or 'joint'")
+    if head != "joint":
+        return False, ctc_weight
+    if method != "beam":
+        raise ConfigError("head='joint' with method='greedy'", expected="method='beam' (joint scoring re-ranks "
+                          "the attention beam)")
+    if not isinstance(model, Seq2SeqModel) or not model.config.ctc_weight:
+        raise ConfigError(f"head='joint' needs a seq2seq model with a CTC head, got {type(model).__name__}",
+                          expected="a Seq2SeqModel with ctc_weight > 0")
+    return True, model.config.ctc_weight if ctc_weight is None else ctc_weight
+
+
+def _search_batch(model: AcousticModel, x: torch.Tensor, n: torch.Tensor, *, use_ctc: bool, method: str,
+                  joint: bool, beam: int, nbest: int | None, max_len: int | None, max_len_ratio: float,
+                  length_norm: float, length_penalty: float, unit_beam: int | None,
+                  ctc_weight: float | None) -> list[list[UnitHypothesis]]:
+    """One batch's hypotheses per utterance, by the search :func:`decode` chose."""
+    if use_ctc:
+        return [[h] for h in ctc_greedy(model, x, n)] if method == "greedy" else \
+            ctc_beam_search(model, x, n, beam=beam, nbest=nbest, unit_beam=unit_beam)
+    if method == "greedy":
+        return [[h] for h in seq2seq_greedy(model, x, n, max_len=max_len, max_len_ratio=max_len_ratio)]
+    results = seq2seq_beam_search(model, x, n, beam=beam, nbest=beam if joint else nbest, max_len=max_len,
+                                  max_len_ratio=max_len_ratio, length_norm=length_norm,
+                                  length_penalty=length_penalty)
+    if joint:
+        results = [r[:nbest] for r in joint_rescore(model, x, n, results,
+                                                    ctc_weight=ctc_weight)]  # type: ignore[arg-type]
+    return results
+
+
 def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], utt_ids: Sequence[str], *,
            method: Method = "beam", head: Head = "auto", beam: int = 8, nbest: int | None = None,
            batch_size: int = 16, max_len: int | None = None, max_len_ratio: float = 1.0,
@@ -522,19 +558,7 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
     for name, extra in (("refs", refs), ("speakers", speakers), ("clients", clients)):
         if extra is not None and len(extra) != len(feats):
             raise InputError(f"{len(extra)} {name} for {len(feats)} utterances", expected="one per utterance")
-    if method not in ("greedy", "beam"):
-        raise ConfigError(f"method={method!r}", expected="'greedy' or 'beam'")
-    if head not in ("auto", "attention", "ctc", "joint"):
-        raise ConfigError(f"head={head!r}", expected="'auto', 'attention', 'ctc' or 'joint'")
-    joint = head == "joint"
-    if joint:
-        if method != "beam":
-            raise ConfigError("head='joint' with method='greedy'", expected="method='beam' (joint scoring re-ranks "
-                              "the attention beam)")
-        if not isinstance(model, Seq2SeqModel) or not model.config.ctc_weight:
-            raise ConfigError(f"head='joint' needs a seq2seq model with a CTC head, got {type(model).__name__}",
-                              expected="a Seq2SeqModel with ctc_weight > 0")
-        ctc_weight = model.config.ctc_weight if ctc_weight is None else ctc_weight
+    joint, ctc_weight = _joint_head(model, method, head, ctc_weight)
     batch_size = _check_int(batch_size, "batch_size")
     if method == "beam":
         beam, nbest = _beam_args(beam, nbest)
@@ -543,31 +567,20 @@ def decode(model: AcousticModel, tokenizer: Tokenizer, features: Sequence[Any], 
         _seq2seq(model)
     search = ("ctc-" if use_ctc else "joint-" if joint else "attention-") + ("greedy" if method == "greedy" else "beam")
     with_total = joint or (not use_ctc and method == "beam" and (length_norm != 0 or length_penalty != 0))
+    meta = {"search": search, **({"beam": beam} if method == "beam" else {}),
+            **({"ctc_weight": ctc_weight} if joint else {})}
     out: list[NBest] = []
     for start in range(0, len(feats), batch_size):
-        chunk = feats[start: start + batch_size]
-        batch = collate(chunk, utt_ids=ids[start: start + batch_size])
-        x, n = batch.feats, batch.feat_lengths
-        results: list[list[UnitHypothesis]]
-        if use_ctc:
-            results = [[h] for h in ctc_greedy(model, x, n)] if method == "greedy" else \
-                ctc_beam_search(model, x, n, beam=beam, nbest=nbest, unit_beam=unit_beam)
-        elif method == "greedy":
-            results = [[h] for h in seq2seq_greedy(model, x, n, max_len=max_len, max_len_ratio=max_len_ratio)]
-        else:
-            results = seq2seq_beam_search(model, x, n, beam=beam, nbest=beam if joint else nbest, max_len=max_len,
-                                          max_len_ratio=max_len_ratio, length_norm=length_norm,
-                                          length_penalty=length_penalty)
-            if joint:
-                results = [r[:nbest] for r in joint_rescore(model, x, n, results,
-                                                            ctc_weight=ctc_weight)]  # type: ignore[arg-type]
-        for j, hyps in enumerate(results):
-            k = start + j
-            meta = {"search": search, **({"beam": beam} if method == "beam" else {}),
-                    **({"ctc_weight": ctc_weight} if joint else {})}
+        batch = collate(feats[start: start + batch_size], utt_ids=ids[start: start + batch_size])
+        results = _search_batch(model, batch.feats, batch.feat_lengths, use_ctc=use_ctc, method=method, joint=joint,
+                                beam=beam, nbest=nbest, max_len=max_len, max_len_ratio=max_len_ratio,
+                                length_norm=length_norm, length_penalty=length_penalty, unit_beam=unit_beam,
+                                ctc_weight=ctc_weight)
+        for k, hyps in enumerate(results, start):
             out.append(to_nbest(ids[k], hyps, tokenizer, ref=None if refs is None else refs[k],
                                 speaker=None if speakers is None else speakers[k],
-                                client=None if clients is None else clients[k], with_total=with_total, meta=meta))
+                                client=None if clients is None else clients[k], with_total=with_total,
+                                meta=dict(meta)))
     return out
 
 

@@ -330,6 +330,53 @@ def expand_lm(lm: PathLike | None, out: PathLike) -> Path | None:
     return target
 
 
+def _check_transcripts(recs: Sequence[Transcript]) -> None:
+    if not recs:
+        raise InputError("no transcripts", expected="at least one utterance to synthesise")
+    seen: set[str] = set()
+    for t in recs:
+        if t.utt_id in seen:
+            raise InputError(f"utterance id {t.utt_id!r} appears twice", expected="unique utterance ids")
+        seen.add(t.utt_id)
+        if not t.words:
+            raise InputError(f"utterance {t.utt_id!r} has no words", expected="at least one word to speak")
+
+
+def _claim_cache(cache: Path, dest: Path, settings_doc: dict[str, Any]) -> None:
+    """Record the build's settings in ``cache/settings.json``, or check that a resumed build had the same."""
+    sfile = cache / "settings.json"
+    if sfile.is_file():
+        try:
+            old = json.loads(sfile.read_text(encoding="utf-8"))
+        except ValueError:
+            old = None
+        if old != json.loads(json.dumps(settings_doc, default=str)):
+            raise InputError("the output folder holds a build with other settings or inputs", path=dest,
+                             expected="the same settings to resume, or a new --out folder")
+    else:
+        sfile.write_text(json.dumps(settings_doc, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def _pending(recs: Sequence[Transcript], cache: Path, settings: TtsSettings,
+             ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """The worker tasks of the utterances not in the cache, and the cache entries of those that are."""
+    tasks = []
+    done: dict[str, dict[str, Any]] = {}
+    for t in recs:
+        text = " ".join(t.words)
+        cf = _cache_path(cache, t.utt_id)
+        e = _read_cache(cf, t.utt_id, text)
+        if e is not None:
+            done[t.utt_id] = e
+            continue
+        spk = t.speaker or t.client or t.utt_id
+        voice = settings.voice_of(spk)
+        seed = None if settings.noise_mode == "repeat" else file_seed(settings.seed, t.utt_id)
+        base = {"client": t.client, "speaker": t.speaker, "order": t.order}
+        tasks.append((t.utt_id, text, json.dumps(asdict(voice)), seed, base, dict(t.meta), str(cf)))
+    return tasks, done
+
+
 def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: PathLike | None = None,
                     hmm: PathLike | None = None, dictionary: PathLike | None = None,
                     settings: TtsSettings | None = None, jobs: int = 1, progress: bool = False,
@@ -353,64 +400,27 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"jobs is {jobs!r}", expected="an integer >= 1")
     recs = list(transcripts)
-    if not recs:
-        raise InputError("no transcripts", expected="at least one utterance to synthesise")
-    seen: set[str] = set()
-    for t in recs:
-        if t.utt_id in seen:
-            raise InputError(f"utterance id {t.utt_id!r} appears twice", expected="unique utterance ids")
-        seen.add(t.utt_id)
-        if not t.words:
-            raise InputError(f"utterance {t.utt_id!r} has no words", expected="at least one word to speak")
+    _check_transcripts(recs)
     from privasr.asr.decode import Decoder
+    from privasr.corpus.formats.nbest_jsonl import nbest_from_json
 
     decoder_kw = {"lm": None if lm is None else str(lm), "dict": None if dictionary is None else str(dictionary),
                   "hmm": None if hmm is None else str(hmm), "nbest": settings.nbest,
                   "nbest_paths": settings.nbest_paths, "options": dict(settings.decoder_options)}
     probe = Decoder(**decoder_kw)  # validates the models before any work
-    known = dictionary_words(probe.paths["dict"])
-    words = {w for t in recs for w in t.words}
-    if not words & known:
+    if not {w for t in recs for w in t.words} & dictionary_words(probe.paths["dict"]):
         raise InputError("no transcript word is in the dictionary (wrong case or normalisation?)",
                          path=probe.paths["dict"], expected="transcripts normalised like the dictionary")
     dest = Path(out)
     cache = dest / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    settings_doc = {"v": _CACHE_VERSION, "settings": settings.as_dict(), "decoder": decoder_kw,
-                    "inputs": dict(fingerprints or {})}
-    sfile = cache / "settings.json"
-    if sfile.is_file():
-        try:
-            old = json.loads(sfile.read_text(encoding="utf-8"))
-        except ValueError:
-            old = None
-        if old != json.loads(json.dumps(settings_doc, default=str)):
-            raise InputError("the output folder holds a build with other settings or inputs", path=dest,
-                             expected="the same settings to resume, or a new --out folder")
-    else:
-        sfile.write_text(json.dumps(settings_doc, indent=1, default=str) + "\n", encoding="utf-8")
-
-    tasks = []
-    done: dict[str, dict[str, Any]] = {}
-    for t in recs:
-        text = " ".join(t.words)
-        cf = _cache_path(cache, t.utt_id)
-        e = _read_cache(cf, t.utt_id, text)
-        if e is not None:
-            done[t.utt_id] = e
-            continue
-        spk = t.speaker or t.client or t.utt_id
-        voice = settings.voice_of(spk)
-        seed = None if settings.noise_mode == "repeat" else file_seed(settings.seed, t.utt_id)
-        base = {"client": t.client, "speaker": t.speaker, "order": t.order}
-        tasks.append((t.utt_id, text, json.dumps(asdict(voice)), seed, base, dict(t.meta), str(cf)))
-    resumed = len(done)
+    _claim_cache(cache, dest, {"v": _CACHE_VERSION, "settings": settings.as_dict(), "decoder": decoder_kw,
+                               "inputs": dict(fingerprints or {})})
+    tasks, done = _pending(recs, cache, settings)
     t0 = time.perf_counter()
-    _run_tasks(tasks, decoder_kw, jobs, progress, resumed, len(recs), probe)
+    _run_tasks(tasks, decoder_kw, jobs, progress, len(done), len(recs), probe)
     del probe
     wall = time.perf_counter() - t0
-    from privasr.corpus.formats.nbest_jsonl import nbest_from_json
-
     out_recs, timing = [], {}
     for t in recs:
         e = done.get(t.utt_id) or _read_cache(_cache_path(cache, t.utt_id), t.utt_id, " ".join(t.words))
@@ -418,7 +428,7 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
             raise InputError(f"utterance {t.utt_id!r} has no result", path=cache, expected="every utterance decoded")
         out_recs.append(nbest_from_json(e["record"]))
         timing[t.utt_id] = e["timing"]
-    return TtsNbestResult(out_recs, timing, resumed, wall)
+    return TtsNbestResult(out_recs, timing, len(done), wall)
 
 
 def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bool, already: int,

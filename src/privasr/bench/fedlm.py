@@ -222,31 +222,9 @@ def server_memory(alg: Any, shapes: Mapping[str, tuple[int, ...]], n: int, seed:
     return peak / 2**20, new["params"]
 
 
-def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig, _clip32
-    from privasr.federated.loop import PrivacySettings, run_federated
-    from privasr.federated.sampling import AllClients, UniformWithoutReplacement
-    from privasr.lm.neural.models import NeuralLMConfig
-    from privasr.privacy.dp.accounting import PrivacyAccountant, round_event
-    from privasr.privacy.dp.mechanisms import GaussianMechanism
-
-    ks = [2, 4] if quick else [2, 4, 8, 16]
-    rounds = 3 if quick else 10
-    mem_ns = [10, 100] if quick else [10, 100, 1000]
-    dp_k = 4 if quick else 8
-    metrics: dict[str, Any] = {"cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "torch_threads": 1}
-
-    vocab = make_vocab()
-    model_cfg = NeuralLMConfig.preset("tiny-transformer")
-    alg = FedLmAlgorithm(FedLmConfig(loss="token", server=SERVER), model_cfg, vocab)
-    clients = make_clients(POPULATION, len(vocab), seed)
-    state = alg.init(np.random.default_rng([seed, 0, 3]))
-    params = state["params"]
-    shapes = {k: v.shape for k, v in params.items()}
-    n_params = int(sum(v.size for v in params.values()))
-    metrics.update(n_params=n_params, update_mb=n_params * 4 / 2**20, vocab_size=len(vocab))
-
-    # --- the physical limit: one client's pure training compute --------------------------------------------
+def _local_train_limit(alg: Any, params: dict[str, np.ndarray], clients: list[Any], seed: int,
+                       metrics: dict[str, Any]) -> float:
+    """The physical limit: one client's pure training compute (``local_train_s``), and its determinism."""
     alg.local_train(params, clients[0], np.random.default_rng(0))  # warm-up
     lt = [_best(lambda c=c: alg.local_train(params, c, np.random.default_rng([seed, 1])), 3) for c in clients[:8]]
     local_train_s = float(np.mean(lt))
@@ -254,8 +232,12 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     b, _ = alg.local_train(params, clients[0], np.random.default_rng([seed, 2]))
     metrics.update(local_train_s=local_train_s,
                    local_train_deterministic=all(np.array_equal(a[k], b[k]) for k in a))
+    return local_train_s
 
-    # --- 1. throughput against K, local --------------------------------------------------------------------
+
+def _local_throughput(alg: Any, clients: list[Any], ks: list[int], rounds: int, seed: int, local_train_s: float,
+                      metrics: dict[str, Any]) -> tuple[dict[int, float], dict[int, Any]]:
+    """1. Throughput against K on the local backend; returns the round seconds and parameters per K."""
     local_s, local_params, client_local = round_throughput(alg, clients, ks, rounds, seed)
     for k in ks:
         metrics[f"round_s_local_{k}"] = local_s[k]
@@ -265,47 +247,52 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     metrics["client_seconds_local"] = float(np.mean(list(client_local.values())))
     metrics["client_update_overhead_fraction"] = (metrics["client_seconds_local"] - local_train_s) / \
         metrics["client_seconds_local"]
+    return local_s, local_params
 
-    # --- 1. the same on Ray ----------------------------------------------------------------------------------
-    if importlib.util.find_spec("ray") is None:
-        metrics["ray_skipped"] = "ray is not installed"
-    else:
-        from privasr.federated.backends.ray import RayBackend
 
-        backend = RayBackend(num_workers=RAY_WORKERS)
-        try:
-            t0 = time.perf_counter()
-            run_federated(alg, clients, rounds=1, sampler=AllClients(), seed=seed, backend=backend)
-            metrics["ray_warmup_s"] = time.perf_counter() - t0
-            ray_s, ray_params, client_ray = round_throughput(alg, clients, ks, rounds, seed, backend=backend)
-            # every client's update is the same bits on a Ray worker as in this process
-            from privasr.federated.backends import make_backend
-            from privasr.federated.core import ClientTask, client_seed
+def _ray_throughput(alg: Any, state: Any, clients: list[Any], ks: list[int], rounds: int, seed: int,
+                    local_s: dict[int, float], local_params: dict[int, Any], metrics: dict[str, Any]) -> None:
+    """1. The same on Ray (after a warm-up round), and whether Ray's client updates and results equal local's."""
+    from privasr.federated.backends import make_backend
+    from privasr.federated.backends.ray import RayBackend
+    from privasr.federated.core import ClientTask, client_seed
+    from privasr.federated.loop import run_federated
+    from privasr.federated.sampling import AllClients
 
-            payload = alg.broadcast(state, 0)
-            tasks = [ClientTask(i, i, clients[i], None, client_seed(seed, 0, i, i)) for i in range(4)]
-            here = {o.index: o.update for o in make_backend("local").run(alg, payload, tasks, None)}
-            there = {o.index: o.update for o in backend.run(alg, payload, tasks, None)}
-        finally:
-            backend.close()
-        for k in ks:
-            metrics[f"round_s_ray_{k}"] = ray_s[k]
-            metrics[f"client_updates_per_s_ray_{k}"] = k / ray_s[k]
-            metrics[f"ray_speedup_vs_local_{k}"] = local_s[k] / ray_s[k]
-        big = ks[-1]
-        metrics["ray_speedup_vs_local"] = metrics[f"ray_speedup_vs_local_{big}"]
-        metrics["ray_overhead_s_per_client"] = (ray_s[big] - big * client_ray[big] / RAY_WORKERS) / big
-        metrics["client_seconds_ray"] = float(np.mean(list(client_ray.values())))
-        metrics["ray_client_slowdown"] = metrics["client_seconds_ray"] / metrics["client_seconds_local"]
-        metrics["ray_workers"] = RAY_WORKERS
-        metrics["ray_client_updates_identical"] = sorted(there) == sorted(here) and all(
-            np.array_equal(there[i].arrays[n], here[i].arrays[n]) for i in here for n in here[i].arrays)
-        diff = max(_rel_diff(ray_params[k][0], local_params[k][0]) for k in ks)
-        metrics["ray_max_rel_diff_round1"] = diff
-        metrics["ray_same_result_as_local"] = bool(diff <= REL_TOL)
-        metrics["ray_max_rel_diff_final"] = max(_rel_diff(ray_params[k][1], local_params[k][1]) for k in ks)
+    backend = RayBackend(num_workers=RAY_WORKERS)
+    try:
+        t0 = time.perf_counter()
+        run_federated(alg, clients, rounds=1, sampler=AllClients(), seed=seed, backend=backend)
+        metrics["ray_warmup_s"] = time.perf_counter() - t0
+        ray_s, ray_params, client_ray = round_throughput(alg, clients, ks, rounds, seed, backend=backend)
+        # every client's update is the same bits on a Ray worker as in this process
+        payload = alg.broadcast(state, 0)
+        tasks = [ClientTask(i, i, clients[i], None, client_seed(seed, 0, i, i)) for i in range(4)]
+        here = {o.index: o.update for o in make_backend("local").run(alg, payload, tasks, None)}
+        there = {o.index: o.update for o in backend.run(alg, payload, tasks, None)}
+    finally:
+        backend.close()
+    for k in ks:
+        metrics[f"round_s_ray_{k}"] = ray_s[k]
+        metrics[f"client_updates_per_s_ray_{k}"] = k / ray_s[k]
+        metrics[f"ray_speedup_vs_local_{k}"] = local_s[k] / ray_s[k]
+    big = ks[-1]
+    metrics["ray_speedup_vs_local"] = metrics[f"ray_speedup_vs_local_{big}"]
+    metrics["ray_overhead_s_per_client"] = (ray_s[big] - big * client_ray[big] / RAY_WORKERS) / big
+    metrics["client_seconds_ray"] = float(np.mean(list(client_ray.values())))
+    metrics["ray_client_slowdown"] = metrics["client_seconds_ray"] / metrics["client_seconds_local"]
+    metrics["ray_workers"] = RAY_WORKERS
+    metrics["ray_client_updates_identical"] = sorted(there) == sorted(here) and all(
+        np.array_equal(there[i].arrays[n], here[i].arrays[n]) for i in here for n in here[i].arrays)
+    diff = max(_rel_diff(ray_params[k][0], local_params[k][0]) for k in ks)
+    metrics["ray_max_rel_diff_round1"] = diff
+    metrics["ray_same_result_as_local"] = bool(diff <= REL_TOL)
+    metrics["ray_max_rel_diff_final"] = max(_rel_diff(ray_params[k][1], local_params[k][1]) for k in ks)
 
-    # --- 2. server memory against N --------------------------------------------------------------------------
+
+def _server_memory_figures(alg: Any, shapes: Mapping[str, tuple[int, ...]], mem_ns: list[int], seed: int,
+                           metrics: dict[str, Any]) -> None:
+    """2. Server memory against N, streaming and naive, and the accumulation rate."""
     server_memory(alg, shapes, 2, seed, naive=False)  # warm-up
     streamed = {}
     for n in mem_ns:
@@ -332,7 +319,17 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
 
     metrics["server_accumulate_updates_per_s"] = reps * len(pool) / _best(fold, 2)
 
-    # --- 3. the cost of differential privacy -----------------------------------------------------------------
+
+def _dp_cost(model_cfg: Any, vocab: Any, params: dict[str, np.ndarray], clients: list[Any], rounds: int,
+             dp_k: int, seed: int, local_train_s: float, metrics: dict[str, Any]) -> None:
+    """3. The cost of differential privacy: DP rounds against plain ones, and clipping, noise and accounting
+    measured one at a time."""
+    from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig, _clip32
+    from privasr.federated.loop import PrivacySettings, run_federated
+    from privasr.federated.sampling import UniformWithoutReplacement
+    from privasr.privacy.dp.accounting import PrivacyAccountant, round_event
+    from privasr.privacy.dp.mechanisms import GaussianMechanism
+
     plain = FedLmAlgorithm(FedLmConfig(loss="token", server=SERVER, weighting="uniform"), model_cfg, vocab)
     dp_alg = FedLmAlgorithm(FedLmConfig(loss="token", server=SERVER, weighting="uniform", clip_norm=CLIP_NORM),
                             model_cfg, vocab)
@@ -366,6 +363,37 @@ def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
         metrics["nonprivate_round_s"]
     metrics["delta_norm_before_clip"] = float(np.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2))
                                                           for v in delta.values())))
+
+
+def _measure(quick: bool, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The figures (see the module doc) and the benchmark's config."""
+    from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
+    from privasr.lm.neural.models import NeuralLMConfig
+
+    ks = [2, 4] if quick else [2, 4, 8, 16]
+    rounds = 3 if quick else 10
+    mem_ns = [10, 100] if quick else [10, 100, 1000]
+    dp_k = 4 if quick else 8
+    metrics: dict[str, Any] = {"cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "torch_threads": 1}
+
+    vocab = make_vocab()
+    model_cfg = NeuralLMConfig.preset("tiny-transformer")
+    alg = FedLmAlgorithm(FedLmConfig(loss="token", server=SERVER), model_cfg, vocab)
+    clients = make_clients(POPULATION, len(vocab), seed)
+    state = alg.init(np.random.default_rng([seed, 0, 3]))
+    params = state["params"]
+    shapes = {k: v.shape for k, v in params.items()}
+    n_params = int(sum(v.size for v in params.values()))
+    metrics.update(n_params=n_params, update_mb=n_params * 4 / 2**20, vocab_size=len(vocab))
+
+    local_train_s = _local_train_limit(alg, params, clients, seed, metrics)
+    local_s, local_params = _local_throughput(alg, clients, ks, rounds, seed, local_train_s, metrics)
+    if importlib.util.find_spec("ray") is None:
+        metrics["ray_skipped"] = "ray is not installed"
+    else:
+        _ray_throughput(alg, state, clients, ks, rounds, seed, local_s, local_params, metrics)
+    _server_memory_figures(alg, shapes, mem_ns, seed, metrics)
+    _dp_cost(model_cfg, vocab, params, clients, rounds, dp_k, seed, local_train_s, metrics)
 
     config = {"benchmark": "fedlm", "quick": quick, "model": "tiny-transformer", "vocab_words": VOCAB_WORDS,
               "population": POPULATION, "sentences_per_client": SENTENCES, "sentence_lengths": list(SENT_LEN),

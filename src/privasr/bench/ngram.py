@@ -260,12 +260,93 @@ def _query(metrics: dict[str, Any], skipped: dict[str, str], arpa: Path, dev: li
                    query_max_abs_sentence_diff_vs_kenlm_module=diff)
 
 
-def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
-    """Measure and write ``out/results.json``; return the metrics."""
+def _ami(kdir: Path, repeats: int, metrics: dict[str, Any], skipped: dict[str, str]) -> None:
+    """AMI: our 3- and 5-gram against the golden lmplz ARPA files (exactness, perplexity, estimation speed),
+    then the query speed (:func:`_query`)."""
     from privasr.lm.ngram.arpa import read_arpa
     from privasr.lm.ngram.counts import read_sentences
     from privasr.lm.ngram.mkn import estimate_mkn
 
+    summary = json.loads((kdir / "summary.json").read_text())
+    sents = list(read_sentences(kdir / "ami_train.txt.xz"))
+    dev = list(read_sentences(kdir / "ami_dev.txt.xz"))
+    diffs = {}
+    for order in (3, 5):
+        t_est, res = best_of(lambda o=order: estimate_mkn(sents, o), repeats)
+        ref = read_arpa(kdir / f"ami_train.o{order}.arpa.xz")
+        diffs[order] = _max_diff(res.model, ref)
+        scores = res.model.score_batch(dev)
+        tokens = sum(len(s.tokens) for s in scores)
+        ppl = 10 ** (-sum(s.total() for s in scores) / tokens)
+        gold_ppl = summary["models"][f"o{order}"]["dev"]["query_ppl_incl_oov"]
+        sfx = "" if order == 3 else "_o5"
+        metrics[f"ppl_ratio_vs_kenlm{sfx}"] = ppl / gold_ppl
+        metrics[f"max_abs_logprob_diff_vs_kenlm_o{order}"] = diffs[order]
+        metrics[f"ami_dev_ppl_incl_oov_o{order}"] = ppl
+        metrics[f"ami_o{order}_estimate_s"] = t_est
+        metrics[f"ami_o{order}_estimate_tokens_per_s"] = res.tokens / t_est
+    metrics["max_abs_logprob_diff_vs_kenlm"] = max(diffs.values())
+    _query(metrics, skipped, kdir / "ami_train.o3.arpa.xz", dev, repeats)
+
+
+def _training_corpus(gold: Path | None, kdir: Path | None, tmp: Path, skipped: dict[str, str],
+                     details: dict[str, Any], data: dict[str, Any]) -> tuple[Path | None, str, Any]:
+    """The training-speed corpus written to ``tmp`` (Gutenberg, else AMI, else ``None``), its name, and the
+    lmplz timing anchors (``None``: absent)."""
+    ddir = data_dir()
+    archive = ddir / "gutenberg" / "gutenberg17_tokenized.tar.xz" if ddir is not None else None
+    if archive is not None and archive.is_file():
+        lines = gutenberg_lines(archive)
+        text = "\n".join(lines) + "\n"
+        md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
+        details["gutenberg"] = {"lines": len(lines), "tokens": sum(len(x.split()) for x in lines), "md5": md5,
+                                "md5_matches_golden": md5 == GUTENBERG_MD5}
+        corpus = tmp / "gut_lm.txt"
+        corpus.write_text(text, encoding="utf-8")
+        data["gutenberg"] = archive
+        if gold is not None and (gold / "kenlm-mkn" / "summary.json").is_file():
+            return corpus, "gutenberg", \
+                json.loads((gold / "kenlm-mkn" / "summary.json").read_text())["gutenberg_timing"]["results"]
+        skipped["train_speed_vs_lmplz"] = "../shared/golden (lmplz timing anchors) is absent"
+        return corpus, "gutenberg", None
+    if kdir is not None:
+        corpus = tmp / "ami_train.txt"
+        corpus.write_bytes(__import__("lzma").open(kdir / "ami_train.txt.xz").read())
+        skipped["train_speed_vs_lmplz"] = "the Gutenberg corpus (../shared/data/gutenberg) is absent"
+        return corpus, "ami", None
+    skipped["train_speed_vs_irstlm"] = "no training corpus (../shared absent)"
+    skipped["train_speed_vs_lmplz"] = "no training corpus (../shared absent)"
+    return None, "", None
+
+
+def _training_speed(corpus: Path, name: str, lmplz: Any, bindir: Path | None, tmp: Path, repeats: int,
+                    metrics: dict[str, Any], skipped: dict[str, str], details: dict[str, Any]) -> None:
+    """Text file to ARPA file in a fresh process, 3- and 5-gram: ours against lmplz's anchors and IRSTLM."""
+    for order in (3, 5):
+        sfx = "" if order == 3 else "_o5"
+        ours = _ours(corpus, order, tmp / f"ours.o{order}.arpa", repeats)
+        details[f"{name}_o{order}_ours"] = ours
+        metrics[f"{name}_o{order}_train_s"] = ours["text_to_arpa_s"]
+        metrics[f"{name}_o{order}_train_tokens_per_s"] = ours["tokens_per_s"]
+        metrics[f"{name}_o{order}_train_peak_rss_kb"] = ours["peak_rss_kb_max"]
+        metrics[f"{name}_o{order}_python_baseline_rss_kb"] = ours["baseline_rss_kb"]
+        if lmplz is not None:
+            ref = lmplz[f"o{order}"]
+            metrics[f"train_speed_vs_lmplz{sfx}"] = ours["tokens_per_s"] / ref["tokens_per_s_at_median_wall"]
+            metrics[f"peak_rss_vs_lmplz{sfx}"] = ours["peak_rss_kb_max"] / ref["peak_rss_kb_max"]
+        if bindir is None:
+            skipped[f"train_speed_vs_irstlm{sfx}"] = "IRSTLM (tlm) is not installed (apt-get install irstlm)"
+            continue
+        irst = _irstlm(bindir, corpus, order, tmp, repeats)
+        details[f"{name}_o{order}_irstlm"] = irst
+        metrics[f"{name}_o{order}_irstlm_s"] = irst["text_to_arpa_s"]
+        metrics[f"{name}_o{order}_irstlm_peak_rss_kb"] = irst["peak_rss_kb"]
+        metrics[f"train_speed_vs_irstlm{sfx}"] = irst["text_to_arpa_s"] / ours["text_to_arpa_s"]
+    details["train_corpus"] = name
+
+
+def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Measure and write ``out/results.json``; return the metrics."""
     repeats = 1 if quick else 3
     metrics: dict[str, Any] = {}
     skipped: dict[str, str] = {}
@@ -278,83 +359,15 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     bindir = irstlm_bin()
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
-        # ---------------------------------------------------------------- AMI: exactness, perplexity, speed
         if kdir is None:
             for k in ("max_abs_logprob_diff_vs_kenlm", "ppl_ratio_vs_kenlm", "query_speed_vs_kenlm"):
                 skipped[k] = "../shared/golden/kenlm-mkn is absent"
         else:
-            summary = json.loads((kdir / "summary.json").read_text())
             data["ami_train"] = kdir / "ami_train.txt.xz"
-            sents = list(read_sentences(kdir / "ami_train.txt.xz"))
-            dev = list(read_sentences(kdir / "ami_dev.txt.xz"))
-            diffs = {}
-            for order in (3, 5):
-                t_est, res = best_of(lambda o=order: estimate_mkn(sents, o), repeats)
-                ref = read_arpa(kdir / f"ami_train.o{order}.arpa.xz")
-                diffs[order] = _max_diff(res.model, ref)
-                scores = res.model.score_batch(dev)
-                tokens = sum(len(s.tokens) for s in scores)
-                ppl = 10 ** (-sum(s.total() for s in scores) / tokens)
-                gold_ppl = summary["models"][f"o{order}"]["dev"]["query_ppl_incl_oov"]
-                sfx = "" if order == 3 else "_o5"
-                metrics[f"ppl_ratio_vs_kenlm{sfx}"] = ppl / gold_ppl
-                metrics[f"max_abs_logprob_diff_vs_kenlm_o{order}"] = diffs[order]
-                metrics[f"ami_dev_ppl_incl_oov_o{order}"] = ppl
-                metrics[f"ami_o{order}_estimate_s"] = t_est
-                metrics[f"ami_o{order}_estimate_tokens_per_s"] = res.tokens / t_est
-            metrics["max_abs_logprob_diff_vs_kenlm"] = max(diffs.values())
-            _query(metrics, skipped, kdir / "ami_train.o3.arpa.xz", dev, repeats)
-            del sents
-        # ---------------------------------------------------------------- training speed: Gutenberg (or AMI)
-        ddir = data_dir()
-        archive = ddir / "gutenberg" / "gutenberg17_tokenized.tar.xz" if ddir is not None else None
-        lmplz = None
-        if archive is not None and archive.is_file():
-            lines = gutenberg_lines(archive)
-            text = "\n".join(lines) + "\n"
-            md5 = hashlib.md5(text.encode("utf-8")).hexdigest()
-            details["gutenberg"] = {"lines": len(lines), "tokens": sum(len(x.split()) for x in lines), "md5": md5,
-                                    "md5_matches_golden": md5 == GUTENBERG_MD5}
-            corpus = tmp / "gut_lm.txt"
-            corpus.write_text(text, encoding="utf-8")
-            data["gutenberg"] = archive
-            name = "gutenberg"
-            if gold is not None and (gold / "kenlm-mkn" / "summary.json").is_file():
-                lmplz = json.loads((gold / "kenlm-mkn" / "summary.json").read_text())["gutenberg_timing"]["results"]
-            else:
-                skipped["train_speed_vs_lmplz"] = "../shared/golden (lmplz timing anchors) is absent"
-        elif kdir is not None:
-            corpus = tmp / "ami_train.txt"
-            corpus.write_bytes(__import__("lzma").open(kdir / "ami_train.txt.xz").read())
-            name = "ami"
-            skipped["train_speed_vs_lmplz"] = "the Gutenberg corpus (../shared/data/gutenberg) is absent"
-        else:
-            corpus = None
-            name = ""
-            skipped["train_speed_vs_irstlm"] = "no training corpus (../shared absent)"
-            skipped["train_speed_vs_lmplz"] = "no training corpus (../shared absent)"
+            _ami(kdir, repeats, metrics, skipped)
+        corpus, name, lmplz = _training_corpus(gold, kdir, tmp, skipped, details, data)
         if corpus is not None:
-            for order in (3, 5):
-                sfx = "" if order == 3 else "_o5"
-                ours = _ours(corpus, order, tmp / f"ours.o{order}.arpa", repeats)
-                details[f"{name}_o{order}_ours"] = ours
-                metrics[f"{name}_o{order}_train_s"] = ours["text_to_arpa_s"]
-                metrics[f"{name}_o{order}_train_tokens_per_s"] = ours["tokens_per_s"]
-                metrics[f"{name}_o{order}_train_peak_rss_kb"] = ours["peak_rss_kb_max"]
-                metrics[f"{name}_o{order}_python_baseline_rss_kb"] = ours["baseline_rss_kb"]
-                if lmplz is not None:
-                    ref = lmplz[f"o{order}"]
-                    metrics[f"train_speed_vs_lmplz{sfx}"] = ours["tokens_per_s"] / ref["tokens_per_s_at_median_wall"]
-                    metrics[f"peak_rss_vs_lmplz{sfx}"] = ours["peak_rss_kb_max"] / ref["peak_rss_kb_max"]
-                if bindir is None:
-                    skipped[f"train_speed_vs_irstlm{sfx}"] = "IRSTLM (tlm) is not installed (apt-get install irstlm)"
-                    continue
-                irst = _irstlm(bindir, corpus, order, tmp, repeats)
-                details[f"{name}_o{order}_irstlm"] = irst
-                metrics[f"{name}_o{order}_irstlm_s"] = irst["text_to_arpa_s"]
-                metrics[f"{name}_o{order}_irstlm_peak_rss_kb"] = irst["peak_rss_kb"]
-                metrics[f"train_speed_vs_irstlm{sfx}"] = irst["text_to_arpa_s"] / ours["text_to_arpa_s"]
-            details["train_corpus"] = name
+            _training_speed(corpus, name, lmplz, bindir, tmp, repeats, metrics, skipped, details)
     config = {"benchmark": "ngram", "repeats": repeats, "quick": quick,
               "ours": "privasr estimate_mkn in a fresh python process: read text, estimate, write ARPA",
               "irstlm": None if bindir is None else "add-start-end.sh + tlm -lm=ikn -bo=no -ps=no (interpolated "

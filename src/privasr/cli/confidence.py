@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -75,35 +75,11 @@ def train_cmd(
 
     Utterances (not words) are split, seeded: a test share for the report, and of the rest a calibration share for the isotonic regression; the classifier learns from the remainder. 1-best words are labelled correct when sclite's alignment against the reference marks them a hit.
     """
-    import numpy as np
-
-    from privasr.confidence.model import KINDS, ConfidenceModel
+    from privasr.confidence.model import ConfidenceModel
     from privasr.results import write_results
 
-    if kind not in KINDS:
-        raise ConfigError(f"unknown --kind {kind!r}", expected=" or ".join(KINDS))
-    if not 0.0 < test_fraction < 1.0:
-        raise ConfigError(f"--test-fraction is {test_fraction}", expected="a number in (0, 1)")
-    if not 0.0 < calibration_fraction < 1.0:
-        raise ConfigError(f"--calibration-fraction is {calibration_fraction}", expected="a number in (0, 1)")
-    if seed < 0:
-        raise ConfigError(f"--seed is {seed}", expected="an integer >= 0")
-    if bins < 1:
-        raise ConfigError(f"--bins is {bins}", expected="an integer >= 1")
-    records = _load_nbest(nbest, fmt)
-    missing = [r.utt_id for r in records if r.ref is None]
-    if missing:
-        raise InputError(f"{len(missing)} utterance(s) have no reference (e.g. {', '.join(missing[:3])})",
-                         path=nbest, expected="references on every utterance to train and evaluate")
-    n = len(records)
-    n_test = max(1, round(test_fraction * n))
-    if n - n_test < 2:
-        raise InputError(f"{n} utterance(s) leave {n - n_test} for training", path=nbest,
-                         expected="enough utterances for a test, a calibration and a training split")
-    perm = np.random.default_rng([seed, 2]).permutation(n)
-    test_idx = set(perm[:n_test].tolist())
-    test = [r for i, r in enumerate(records) if i in test_idx]
-    train = [r for i, r in enumerate(records) if i not in test_idx]
+    _check_options(kind, test_fraction, calibration_fraction, seed, bins)
+    test, train = _split(_load_nbest(nbest, fmt), test_fraction, seed, nbest)
     language_model = _load_lm(lm)
     try:
         model = ConfidenceModel.fit(train, language_model, kind=kind, seed=seed,
@@ -133,6 +109,46 @@ def train_cmd(
     data = {"nbest": nbest, **({"lm": lm} if lm is not None else {})}
     write_results(out, config=config, seed=seed, metrics=metrics, data=data,
                   extra={"model": {"path": str(out / MODEL_FILE), "info": model.info}})
+    _print_report(kind, nbest, report, raw)
+    out_console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]model:[/] {out / MODEL_FILE}")
+
+
+def _check_options(kind: str, test_fraction: float, calibration_fraction: float, seed: int, bins: int) -> None:
+    from privasr.confidence.model import KINDS
+
+    if kind not in KINDS:
+        raise ConfigError(f"unknown --kind {kind!r}", expected=" or ".join(KINDS))
+    if not 0.0 < test_fraction < 1.0:
+        raise ConfigError(f"--test-fraction is {test_fraction}", expected="a number in (0, 1)")
+    if not 0.0 < calibration_fraction < 1.0:
+        raise ConfigError(f"--calibration-fraction is {calibration_fraction}", expected="a number in (0, 1)")
+    if seed < 0:
+        raise ConfigError(f"--seed is {seed}", expected="an integer >= 0")
+    if bins < 1:
+        raise ConfigError(f"--bins is {bins}", expected="an integer >= 1")
+
+
+def _split(records: list[NBest], test_fraction: float, seed: int, path: Path) -> tuple[list[NBest], list[NBest]]:
+    """(test, train): a seeded share of the utterances (every one with a reference) held out for the report."""
+    import numpy as np
+
+    missing = [r.utt_id for r in records if r.ref is None]
+    if missing:
+        raise InputError(f"{len(missing)} utterance(s) have no reference (e.g. {', '.join(missing[:3])})",
+                         path=path, expected="references on every utterance to train and evaluate")
+    n = len(records)
+    n_test = max(1, round(test_fraction * n))
+    if n - n_test < 2:
+        raise InputError(f"{n} utterance(s) leave {n - n_test} for training", path=path,
+                         expected="enough utterances for a test, a calibration and a training split")
+    perm = np.random.default_rng([seed, 2]).permutation(n)
+    test_idx = set(perm[:n_test].tolist())
+    return ([r for i, r in enumerate(records) if i in test_idx],
+            [r for i, r in enumerate(records) if i not in test_idx])
+
+
+def _print_report(kind: str, nbest: Path, report: Any, raw: Any) -> None:
+    """The test split's measures, calibrated and raw, as a table."""
     table = Table(title=f"{kind} confidence classifier, test split of {nbest.name} ({report.n_utterances:,} "
                         f"utterances, {report.n_words:,} words)")
     table.add_column("measure")
@@ -142,8 +158,6 @@ def train_cmd(
         table.add_row(name.upper() if len(name) <= 5 else name, _fmt(getattr(report, name)), _fmt(getattr(raw, name)))
     table.add_row("base rate (correct words)", _fmt(report.base_rate), "")
     out_console.print(table)
-    out_console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]model:[/] {out / MODEL_FILE}")
-
 
 @app.command("apply")
 def apply_cmd(

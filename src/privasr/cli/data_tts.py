@@ -94,32 +94,11 @@ def tts_nbest(
     an N-best list with lattice acoustic scores, in the canonical format with every field of the shared
     ami-tts-nbest sets. Resumes after a kill; the same seed gives byte-identical nbest.jsonl.
     """
-    from privasr import __version__
-    from privasr.asr.tts_nbest import (
-        AdaptationSpec,
-        TtsSettings,
-        build_adapted_model,
-        build_tts_nbest,
-        expand_lm,
-        model_adaptation_sentences,
-        overlapping_sentences,
-        select_adaptation_sentences,
-        summary_metrics,
-        write_outputs,
-    )
-    from privasr.results import fingerprint, write_results
+    from privasr.asr.tts_nbest import AdaptationSpec, TtsSettings, build_tts_nbest, expand_lm, summary_metrics
+    from privasr.results import fingerprint
 
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if n_jobs < 1:
-        raise InputError(f"--jobs is {n_jobs}", expected="an integer >= 1")
-    if limit is not None and limit < 1:
-        raise InputError(f"--limit is {limit}", expected="an integer >= 1")
-    if min_words < 1 or (max_words is not None and max_words < min_words):
-        raise InputError(f"--min-words {min_words} --max-words {max_words}", expected="1 <= min-words <= max-words")
-    if adapt_text is not None and hmm is not None:
-        raise InputError("--adapt-text and --hmm both given", expected="adapt a model, or give one, not both")
-    if out.exists() and not out.is_dir():
-        raise InputError("the output exists and is not a folder", path=out, expected="a folder for the build")
+    _check_options(n_jobs, limit, min_words, max_words, adapt_text, hmm, out)
     settings = TtsSettings(seed=seed, noise_mode=noise, nbest=nbest)
     spec = AdaptationSpec(sentences=adapt_sentences, pool=adapt_pool, method=adapt_method)
     evaluation = load_eval_transcripts(transcripts, fmt=fmt, clients=clients, normalize=normalize,
@@ -132,29 +111,10 @@ def tts_nbest(
     err.print(f"tts-nbest: {len(evaluation):,} utterances, {len({t.speaker for t in evaluation}):,} speakers, "
               f"{n_jobs} jobs -> {out}")
     lm_file = expand_lm(lm, out)
-    model_dir = hmm
-    adapt_info: dict[str, Any] | None = None
-    used = model_adaptation_sentences(hmm)
-    if used is not None:  # a model adapted by this command: its sentences must not be evaluation sentences
-        clash = overlapping_sentences(used, [t.words for t in evaluation])
-        if clash:
-            raise InputError(f"the model was adapted on {len(clash)} evaluation sentences (e.g. {clash[0]!r})",
-                             path=hmm, expected="a model adapted on text that does not overlap the evaluation text")
+    _check_model_overlap(hmm, evaluation)
+    model_dir, adapt_info = hmm, None
     if adapt_text is not None:
-        from privasr.asr.adapt import dictionary_words
-        from privasr.asr.decode import default_model
-        from privasr.corpus.sources import load_text
-
-        text = load_text(adapt_text, data=data)
-        vocab = dictionary_words(dictionary or default_model()["dict"])
-        chosen = select_adaptation_sentences(text, vocab, spec, seed=seed)
-        err.print(f"adaptation: {len(chosen)} sentences of {len(text):,} in {adapt_text}")
-        model = build_adapted_model(chosen, out / "model", settings=settings, method=spec.method,
-                                    evaluation=[t.words for t in evaluation], dictionary=dictionary,
-                                    progress=lambda m: err.print(f"adaptation: {m}"))
-        model_dir = model.path
-        adapt_info = {"text": adapt_text, "text_sentences": len(text), "spec": vars(spec),
-                      "model": model.manifest, "sentences_sample": [" ".join(s) for s in chosen[:5]]}
+        model_dir, adapt_info = _adapt(adapt_text, data, dictionary, spec, settings, seed, evaluation, out)
     inputs = {"transcripts": fingerprint(transcripts)["sha256"],
               "lm": fingerprint(lm)["sha256"] if lm is not None else "bundled",
               "hmm": fingerprint(model_dir)["sha256"] if model_dir is not None else "bundled"}
@@ -165,6 +125,61 @@ def tts_nbest(
               "min_words": min_words, "max_words": max_words, "limit": limit, "lm": str(lm) if lm else None,
               "adapt_text": adapt_text, "hmm": str(hmm) if hmm else None, "dict": str(dictionary) if dictionary else None,
               "adaptation": vars(spec) if adapt_text else None, "settings": settings.as_dict(), "jobs": n_jobs}
+    _write(result, out, metrics, config, inputs, adapt_info, transcripts, lm, seed)
+
+
+def _check_options(n_jobs: int, limit: int | None, min_words: int, max_words: int | None, adapt_text: str | None,
+                   hmm: Path | None, out: Path) -> None:
+    if n_jobs < 1:
+        raise InputError(f"--jobs is {n_jobs}", expected="an integer >= 1")
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit is {limit}", expected="an integer >= 1")
+    if min_words < 1 or (max_words is not None and max_words < min_words):
+        raise InputError(f"--min-words {min_words} --max-words {max_words}", expected="1 <= min-words <= max-words")
+    if adapt_text is not None and hmm is not None:
+        raise InputError("--adapt-text and --hmm both given", expected="adapt a model, or give one, not both")
+    if out.exists() and not out.is_dir():
+        raise InputError("the output exists and is not a folder", path=out, expected="a folder for the build")
+
+
+def _check_model_overlap(hmm: Path | None, evaluation: list[Any]) -> None:
+    """A model adapted by this command: its sentences must not be evaluation sentences."""
+    from privasr.asr.tts_nbest import model_adaptation_sentences, overlapping_sentences
+
+    used = model_adaptation_sentences(hmm)
+    if used is not None:
+        clash = overlapping_sentences(used, [t.words for t in evaluation])
+        if clash:
+            raise InputError(f"the model was adapted on {len(clash)} evaluation sentences (e.g. {clash[0]!r})",
+                             path=hmm, expected="a model adapted on text that does not overlap the evaluation text")
+
+
+def _adapt(adapt_text: str, data: Path | None, dictionary: Path | None, spec: Any, settings: Any, seed: int,
+           evaluation: list[Any], out: Path) -> tuple[Path, dict[str, Any]]:
+    """Adapt the acoustic model on sentences of ``adapt_text`` into ``out/model``; its folder and description."""
+    from privasr.asr.adapt import dictionary_words
+    from privasr.asr.decode import default_model
+    from privasr.asr.tts_nbest import build_adapted_model, select_adaptation_sentences
+    from privasr.corpus.sources import load_text
+
+    text = load_text(adapt_text, data=data)
+    vocab = dictionary_words(dictionary or default_model()["dict"])
+    chosen = select_adaptation_sentences(text, vocab, spec, seed=seed)
+    err.print(f"adaptation: {len(chosen)} sentences of {len(text):,} in {adapt_text}")
+    model = build_adapted_model(chosen, out / "model", settings=settings, method=spec.method,
+                                evaluation=[t.words for t in evaluation], dictionary=dictionary,
+                                progress=lambda m: err.print(f"adaptation: {m}"))
+    return model.path, {"text": adapt_text, "text_sentences": len(text), "spec": vars(spec),
+                        "model": model.manifest, "sentences_sample": [" ".join(s) for s in chosen[:5]]}
+
+
+def _write(result: Any, out: Path, metrics: dict[str, Any], config: dict[str, Any], inputs: dict[str, Any],
+           adapt_info: dict[str, Any] | None, transcripts: Path, lm: Path | None, seed: int) -> None:
+    """nbest.jsonl, timing.jsonl, manifest.json, results.json and report.md, then the summary line."""
+    from privasr import __version__
+    from privasr.asr.tts_nbest import write_outputs
+    from privasr.results import write_results
+
     manifest = {"privasr_version": __version__, "config": config, "inputs": inputs, "adaptation": adapt_info,
                 "counts": {k: metrics[k] for k in ("utterances", "ref_words", "audio_s")}}
     paths = write_outputs(result, out, manifest=manifest)
@@ -175,7 +190,6 @@ def tts_nbest(
     err.print(f"tts-nbest: {len(result.records):,} utterances{resumed}: 1-best WER {_pct(metrics['wer_1best'])}, "
               f"oracle {_pct(metrics['wer_oracle'])}, {metrics['decode_s_per_audio_s']:.3f} decode s per audio s "
               f"-> {paths['nbest']}")
-
 
 def _pct(x: float) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.2f}%"

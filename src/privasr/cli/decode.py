@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,64 +55,22 @@ def decode(
     hyps[0] is the decoder's 1-best, the others the best other strings of its A* N-best. Scores per hypothesis (natural log): am (the best lattice path spelling the words), lm (the first-pass LM's log-probability), total (the decoder's path score; bestpath for hyps[0], A* for the rest) and nbest (the A* score). With --adapt the acoustic model is first MAP- (or MLLR-) adapted with SphinxTrain to the given speakers' audio and transcripts and saved. Writes OUT and OUT.results.json (config, version, metrics: utterances, WER and oracle WER with references, real-time factor) and prints a summary line. Decoding is deterministic (seed: none).
     """
     from privasr import __version__
-    from privasr.asr.decode import Decoder, DecodeStats, decode_files, fsdd_reference
+    from privasr.asr.decode import Decoder
     from privasr.corpus.formats.nbest_jsonl import write_nbest
     from privasr.results import write_results
 
-    if ref is not None and fsdd:
-        raise InputError("--ref and --fsdd both given", expected="at most one source of references")
-    if nbest < 1:
-        raise InputError(f"--nbest is {nbest}", expected="an integer >= 1")
-    if limit is not None and limit < 1:
-        raise InputError(f"--limit is {limit}", expected="an integer >= 1")
-    if jobs < 1:
-        raise InputError(f"--jobs is {jobs}", expected="an integer >= 1")
+    _check_options(ref, fsdd, nbest, limit, jobs)
     wavs = collect_wavs(inputs)
     if limit is not None:
         wavs = wavs[:limit]
-    refs: dict[str, tuple[str, ...]] | None = None
-    if fsdd:
-        refs = {w.stem: fsdd_reference(w) for w in wavs}
-    elif ref is not None:
-        from privasr.corpus.formats.kaldi_text import read_kaldi_text
-
-        refs = {t.utt_id: t.words for t in read_kaldi_text(ref)}
-        missing = [w.stem for w in wavs if w.stem not in refs]
-        if missing:
-            raise InputError(f"{len(missing)} utterances have no reference (e.g. {', '.join(missing[:5])})",
-                             path=ref, expected="a reference for every file stem")
+    refs = _references(wavs, ref, fsdd)
     if adapt_data is not None:
         hmm = _adapt(adapt_data, adapt_out or out.with_name(out.name + ".model"), adapt_method, hmm, dictionary)
     probe = Decoder(lm=lm, dict=dictionary, hmm=hmm, nbest=nbest)  # validates the models before any work
-    kw = {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs}
-    stats: list[DecodeStats] = []
-    if jobs == 1 or len(wavs) < 2:
-        nbs = decode_files(wavs, stats=stats, decoder=probe, refs=refs)
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        chunks = [wavs[i::jobs] for i in range(jobs)]
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            futs = [ex.submit(_decode_chunk, c, kw) for c in chunks if c]
-            parts = [f.result() for f in futs]
-        by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
-        nbs = [by_id[w.stem] for w in wavs]
-        stats = [DecodeStats(sum(s.utterances for _, s in parts), sum(s.audio_s for _, s in parts),
-                             sum(s.decode_s for _, s in parts))]
-    st = stats[0]
+    nbs, st = _decode_all(wavs, probe, {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs},
+                          jobs)
     write_nbest(out, nbs)
-    metrics: dict[str, object] = {"utterances": len(nbs), "audio_s": st.audio_s, "decode_s": st.decode_s,
-                                  "rtf": st.rtf, "hyps_per_utt": sum(len(n) for n in nbs) / max(len(nbs), 1)}
-    summary = f"{len(nbs):,} utterances, {st.audio_s:.1f} s audio, RTF {st.rtf:.3f}"
-    if refs is not None:
-        from privasr.metrics.oracle import onebest_wer, oracle_wer
-        from privasr.metrics.wer import wer
-
-        w1, wo = onebest_wer(nbs), oracle_wer(nbs)
-        wd = wer([n.ref or () for n in nbs], [tuple(str(n.meta.get("decoder_1best", "")).split()) for n in nbs])
-        metrics.update({"wer": _num(w1.wer), "oracle_wer": _num(wo.wer), "decoder_1best_wer": _num(wd.wer),
-                        "ser": _num(w1.ser), "ref_words": w1.ref_words, "counts": w1.as_dict()})
-        summary += f", WER {100 * w1.wer:.2f}%, oracle WER {100 * wo.wer:.2f}%"
+    metrics, summary = _metrics(nbs, st, refs)
     config = {"inputs": [str(p) for p in inputs], "files": len(wavs), "lm": str(lm) if lm else None,
               "dict": str(dictionary) if dictionary else None, "hmm": str(hmm) if hmm else None, "nbest": nbest,
               "ref": str(ref) if ref else None, "fsdd": fsdd, "limit": limit, "jobs": jobs,
@@ -126,6 +84,72 @@ def decode(
                         filename=f"{out.name}.results.json")
     typer.echo(f"privasr {__version__} decode: {summary} -> {out} ({res.name})")
 
+
+def _check_options(ref: Path | None, fsdd: bool, nbest: int, limit: int | None, jobs: int) -> None:
+    if ref is not None and fsdd:
+        raise InputError("--ref and --fsdd both given", expected="at most one source of references")
+    if nbest < 1:
+        raise InputError(f"--nbest is {nbest}", expected="an integer >= 1")
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit is {limit}", expected="an integer >= 1")
+    if jobs < 1:
+        raise InputError(f"--jobs is {jobs}", expected="an integer >= 1")
+
+
+def _references(wavs: list[Path], ref: Path | None, fsdd: bool) -> dict[str, tuple[str, ...]] | None:
+    """The references by file stem: from FSDD file names, a Kaldi text file (one for every file), or none."""
+    if fsdd:
+        from privasr.asr.decode import fsdd_reference
+
+        return {w.stem: fsdd_reference(w) for w in wavs}
+    if ref is None:
+        return None
+    from privasr.corpus.formats.kaldi_text import read_kaldi_text
+
+    refs = {t.utt_id: t.words for t in read_kaldi_text(ref)}
+    missing = [w.stem for w in wavs if w.stem not in refs]
+    if missing:
+        raise InputError(f"{len(missing)} utterances have no reference (e.g. {', '.join(missing[:5])})",
+                         path=ref, expected="a reference for every file stem")
+    return refs
+
+
+def _decode_all(wavs: list[Path], probe: Any, kw: dict[str, Any], jobs: int) -> tuple[list[Any], Any]:
+    """The N-best lists of ``wavs`` in order (here with ``probe``, or in ``jobs`` worker processes, each with its
+    own decoder) and the decoding statistics."""
+    from privasr.asr.decode import DecodeStats, decode_files
+
+    stats: list[DecodeStats] = []
+    if jobs == 1 or len(wavs) < 2:
+        nbs = decode_files(wavs, stats=stats, decoder=probe, refs=kw["refs"])
+        return nbs, stats[0]
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks = [wavs[i::jobs] for i in range(jobs)]
+    with ProcessPoolExecutor(max_workers=jobs) as ex:
+        futs = [ex.submit(_decode_chunk, c, kw) for c in chunks if c]
+        parts = [f.result() for f in futs]
+    by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
+    return [by_id[w.stem] for w in wavs], DecodeStats(sum(s.utterances for _, s in parts),
+                                                      sum(s.audio_s for _, s in parts),
+                                                      sum(s.decode_s for _, s in parts))
+
+
+def _metrics(nbs: list[Any], st: Any, refs: dict[str, tuple[str, ...]] | None) -> tuple[dict[str, object], str]:
+    """results.json's metrics and the summary line: counts, speed, and with references the WERs."""
+    metrics: dict[str, object] = {"utterances": len(nbs), "audio_s": st.audio_s, "decode_s": st.decode_s,
+                                  "rtf": st.rtf, "hyps_per_utt": sum(len(n) for n in nbs) / max(len(nbs), 1)}
+    summary = f"{len(nbs):,} utterances, {st.audio_s:.1f} s audio, RTF {st.rtf:.3f}"
+    if refs is not None:
+        from privasr.metrics.oracle import onebest_wer, oracle_wer
+        from privasr.metrics.wer import wer
+
+        w1, wo = onebest_wer(nbs), oracle_wer(nbs)
+        wd = wer([n.ref or () for n in nbs], [tuple(str(n.meta.get("decoder_1best", "")).split()) for n in nbs])
+        metrics.update({"wer": _num(w1.wer), "oracle_wer": _num(wo.wer), "decoder_1best_wer": _num(wd.wer),
+                        "ser": _num(w1.ser), "ref_words": w1.ref_words, "counts": w1.as_dict()})
+        summary += f", WER {100 * w1.wer:.2f}%, oracle WER {100 * wo.wer:.2f}%"
+    return metrics, summary
 
 def load_adaptation_data(audio_dir: Path, transcripts: Path) -> tuple[dict[str, Path], dict[str, tuple[str, ...]]]:
     """The WAVs of ``audio_dir`` (id = file stem) and their transcripts (one transcript set, any format)."""

@@ -207,6 +207,7 @@ def train_neural(
         set_num_threads(threads)
     from privasr.lm.neural.checkpoint import load_checkpoint
     from privasr.lm.neural.train import load_run_config, train_lm
+    from privasr.results import write_results
 
     init_ck = load_checkpoint(init) if init is not None else None
     last_ck = load_checkpoint(out / "last.pt") if resume else None
@@ -220,7 +221,8 @@ def train_neural(
     if init is not None:
         data["init"] = init
     res = train_lm(train_sents, valid_sents, model_cfg, opts, out_dir=out, init=init_ck, freeze=freeze, seed=seed,
-                   device=device, progress=progress, resume=resume, data=data)
+                   device=device, progress=progress, resume=resume)
+    write_results(out, config={"model": res.config.to_dict(), **res.run}, seed=seed, metrics=res.metrics, data=data)
     m = res.metrics
     err_console.print(
         f"{m['epochs_completed']} epochs, {res.steps} steps, {res.tokens_per_s:,.0f} tokens/s; valid ppl "

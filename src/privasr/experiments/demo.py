@@ -34,7 +34,9 @@ Each capability adds its method here, as a row of the WER table in ``report.md``
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -229,119 +231,157 @@ def _ftl(out: Path, seed: int) -> dict[str, Any] | None:
     return run_ftl(cfg, out / "ftl")
 
 
-def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[str, Any]:
-    """Generate the corpus into ``out/corpus`` and write ``out/results.json`` and ``out/report.md``."""
+class _Clock:
+    """Seconds per named stage: ``with clock("synth_s"): ...``."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - t0
+
+
+def _wer_row(system: str, r: Any) -> dict[str, Any]:
+    """A :func:`systems_table` row of a :class:`~privasr.metrics.WerResult`."""
+    return {"system": system, "wer": r.wer, "sub": r.substitutions, "del": r.deletions, "ins": r.insertions,
+            "words": r.ref_words}
+
+
+@dataclass
+class _FirstPass:
+    """The test clients' references, the first-pass 1-best and the N-best oracle, scored."""
+
+    refs: list[Sequence[str]]
+    ids: list[str]
+    onebest: list[Sequence[str]]
+    onebest_wer: Any
+    oracle_wer: Any
+    sig: Any  # MAPSSWE, 1-best vs oracle
+    boot: Any  # paired bootstrap interval, 1-best vs oracle
+
+
+@dataclass
+class _Method:
+    """A method's test words and scores: its WER, MAPSSWE against the system it improves on, its figures."""
+
+    words: list[Sequence[str]]
+    wer: Any
+    sig: Any
+    info: dict[str, Any]
+    dp_wer: Any = None  # FMP with Laplace DP (None: not run)
+
+
+def _read_corpus(corpus: Path) -> tuple[list[NBest], list[NBest], dict[str, Any]]:
+    """The dev and test N-best lists read back from ``corpus`` (the demo exercises the same readers a user's
+    data goes through) and their statistics."""
     from privasr.corpus.formats.nbest_jsonl import read_nbest
     from privasr.corpus.stats import nbest_stats
-    from privasr.corpus.synth import SynthConfig, generate
+
+    dev = read_nbest(corpus / "nbest" / "dev.jsonl")
+    test = read_nbest(corpus / "nbest" / "test.jsonl")
+    return dev, test, {"dev": nbest_stats(dev), "test": nbest_stats(test)}
+
+
+def _first_pass(test: Sequence[NBest], seed: int) -> _FirstPass:
+    """1-best and oracle WER of ``test``, MAPSSWE and a paired bootstrap interval between them."""
     from privasr.metrics import mapsswe, oracle_indices, paired_bootstrap, wer
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-
-    t0 = time.perf_counter()
-    config = SynthConfig.preset(preset, seed=seed)
-    manifest = generate(config).write(out / "corpus")
-    timings["synth_s"] = time.perf_counter() - t0
-
-    # Read back what was written: the demo exercises the same readers a user's data goes through.
-    t0 = time.perf_counter()
-    dev = read_nbest(out / "corpus" / "nbest" / "dev.jsonl")
-    test = read_nbest(out / "corpus" / "nbest" / "test.jsonl")
-    stats = {"dev": nbest_stats(dev), "test": nbest_stats(test)}
-    timings["stats_s"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
     refs = [nb.ref or () for nb in test]
     onebest = [nb.best.words for nb in test]
     oracle = [nb.hyps[i].words if i >= 0 else () for nb, i in zip(test, oracle_indices(test), strict=True)]
-    systems = {"first-pass 1-best": onebest, "N-best oracle (upper bound)": oracle}
-    rows = []
-    results = {}
-    for name, hyps in systems.items():
-        r = wer(refs, hyps, aligner="sclite")
-        results[name] = r
-        rows.append({"system": name, "wer": r.wer, "sub": r.substitutions, "del": r.deletions,
-                     "ins": r.insertions, "words": r.ref_words})
+    a, b = wer(refs, onebest, aligner="sclite"), wer(refs, oracle, aligner="sclite")
     ids = [nb.utt_id for nb in test]
     sig = mapsswe(refs, onebest, oracle, ids=ids)
-    a, b = results["first-pass 1-best"], results["N-best oracle (upper bound)"]
     boot = paired_bootstrap(a.utt_errors, b.utt_errors, a.utt_ref_words, seed=seed)
-    timings["scoring_s"] = time.perf_counter() - t0
+    return _FirstPass(refs, ids, onebest, a, b, sig, boot)
 
-    t0 = time.perf_counter()
-    rescored, tuned = _ngram_rescoring(out / "corpus", dev, test)
-    ngram = wer(refs, [nb.best.words for nb in rescored], aligner="sclite")
-    rows.insert(1, {"system": "n-gram rescoring (background 3-gram, tuned on dev)", "wer": ngram.wer,
-                    "sub": ngram.substitutions, "del": ngram.deletions, "ins": ngram.insertions,
-                    "words": ngram.ref_words})
-    sig_ngram = mapsswe(refs, [nb.best.words for nb in rescored], onebest, ids=ids)
-    timings["ngram_rescoring_s"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    fmp = _fmp(out / "corpus", dev, test, tuned, seed)
-    fmp_w = wer(refs, fmp["words"], aligner="sclite")
-    rescored_words = [nb.best.words for nb in rescored]
-    sig_fmp = mapsswe(refs, fmp["words"], rescored_words, ids=ids)
-    rows.insert(2, {"system": f"FMP of that rescoring (T = {fmp['rounds']}, lam {fmp['lam']:g} tuned on dev)",
-                    "wer": fmp_w.wer, "sub": fmp_w.substitutions, "del": fmp_w.deletions,
-                    "ins": fmp_w.insertions, "words": fmp_w.ref_words})
-    fmp_dp_w = None
+def _ngram_stage(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], first: _FirstPass) -> _Method:
+    """Background-trigram rescoring (:func:`_ngram_rescoring`), scored against the 1-best."""
+    from privasr.metrics import mapsswe, wer
+
+    rescored, tuned = _ngram_rescoring(corpus, dev, test)
+    words = [nb.best.words for nb in rescored]
+    return _Method(words, wer(first.refs, words, aligner="sclite"),
+                   mapsswe(first.refs, words, first.onebest, ids=first.ids), {"weights": tuned})
+
+
+def _fmp_stage(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], first: _FirstPass, ngram: _Method,
+               seed: int) -> _Method:
+    """FMP of the n-gram rescoring (:func:`_fmp`), without and with DP, scored against that rescoring."""
+    from privasr.metrics import mapsswe, wer
+
+    fmp = _fmp(corpus, dev, test, ngram.info["weights"], seed)
+    res = _Method(fmp["words"], wer(first.refs, fmp["words"], aligner="sclite"),
+                  mapsswe(first.refs, fmp["words"], ngram.words, ids=first.ids), fmp)
     if fmp["words_dp"] is not None:
-        fmp_dp_w = wer(refs, fmp["words_dp"], aligner="sclite")
-        rows.insert(3, {"system": f"FMP with Laplace DP (epsilon {fmp['epsilon']:.3g}, utterance level)",
-                        "wer": fmp_dp_w.wer, "sub": fmp_dp_w.substitutions, "del": fmp_dp_w.deletions,
-                        "ins": fmp_dp_w.insertions, "words": fmp_dp_w.ref_words})
-    timings["fmp_s"] = time.perf_counter() - t0
+        res.dp_wer = wer(first.refs, fmp["words_dp"], aligner="sclite")
+    return res
 
-    t0 = time.perf_counter()
-    fedlm = _fedlm(out, seed)
-    if fedlm is not None:
-        at = 4 if fmp_dp_w is not None else 3
-        for k, (name, w, c) in enumerate((
-                ("tiny NNLM rescoring (background text, tuned on dev)", fedlm["wer_baseline"],
-                 fedlm["wer_baseline_counts"]),
-                ("the same NNLM fine-tuned federatedly by the dev clients (3 rounds, token-confidence loss, "
-                 "FedAdam), interpolated with it", fedlm["wer"], fedlm["wer_counts"]))):
-            rows.insert(at + k, {"system": name, "wer": w, "sub": c["sub"], "del": c["del"], "ins": c["ins"],
-                                 "words": c["ref_words"]})
-    timings["fedlm_s"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    ftl = _ftl(out, seed)
-    timings["ftl_s"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    anon = _anon(out, seed)
-    timings["anon_s"] = time.perf_counter() - t0
+def _federated_views(test: Sequence[NBest], seed: int) -> dict[str, Any]:
+    """Per-client 1-best WER, time-ordered rounds (T = 2) and a Zipf device simulation of the test clients."""
+    from privasr.metrics import wer
 
     pop = by_key(test, "client")
     per_client = []
     for c in pop:
         cw = wer([u.ref or () for u in c], [u.best.words for u in c])
         per_client.append({"client": c.id, "utterances": len(c), "words": cw.ref_words, "wer_1best": cw.wer})
-    rounds = [[len(g) for g in time_rounds(c.utterances, 2)] for c in pop]
-    devices = zipf_devices(test, n_devices=max(2, len(test) // 4), exponent=1.0, seed=seed)
+    n_devices = max(2, len(test) // 4)
+    return {"clients": len(pop), "per_client": per_client,
+            "rounds": [[len(g) for g in time_rounds(c.utterances, 2)] for c in pop],
+            "device_ids": n_devices, "devices": zipf_devices(test, n_devices=n_devices, exponent=1.0, seed=seed)}
 
-    one = results["first-pass 1-best"].wer
-    metrics = {
+
+def _systems_rows(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
+                  ) -> list[dict[str, Any]]:
+    """The WER table's rows: 1-best, the rescoring methods, the oracle."""
+    rows = [_wer_row("first-pass 1-best", first.onebest_wer),
+            _wer_row("n-gram rescoring (background 3-gram, tuned on dev)", ngram.wer),
+            _wer_row(f"FMP of that rescoring (T = {fmp.info['rounds']}, lam {fmp.info['lam']:g} tuned on dev)",
+                     fmp.wer)]
+    if fmp.dp_wer is not None:
+        rows.append(_wer_row(f"FMP with Laplace DP (epsilon {fmp.info['epsilon']:.3g}, utterance level)",
+                             fmp.dp_wer))
+    if fedlm is not None:
+        for name, w, c in (
+                ("tiny NNLM rescoring (background text, tuned on dev)", fedlm["wer_baseline"],
+                 fedlm["wer_baseline_counts"]),
+                ("the same NNLM fine-tuned federatedly by the dev clients (3 rounds, token-confidence loss, "
+                 "FedAdam), interpolated with it", fedlm["wer"], fedlm["wer_counts"])):
+            rows.append({"system": name, "wer": w, "sub": c["sub"], "del": c["del"], "ins": c["ins"],
+                         "words": c["ref_words"]})
+    rows.append(_wer_row("N-best oracle (upper bound)", first.oracle_wer))
+    return rows
+
+
+def _metrics(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
+             ftl: dict[str, Any] | None, anon: dict[str, Any], views: dict[str, Any], dev: Sequence[NBest],
+             test: Sequence[NBest], timings: dict[str, float]) -> dict[str, Any]:
+    """``results.json``'s metrics."""
+    one = first.onebest_wer.wer
+    per_client, devices = views["per_client"], views["devices"]
+    return {
         # the shared metric names describe the best method so far against the first-pass baseline
-        "wer": ngram.wer,
+        "wer": ngram.wer.wer,
         "wer_baseline": one,
-        "wer_rel_change": (ngram.wer - one) / one if one > 0 else None,
-        "mapsswe_z": sig_ngram.z,
-        "mapsswe_p": sig_ngram.p,
+        "wer_rel_change": (ngram.wer.wer - one) / one if one > 0 else None,
+        "mapsswe_z": ngram.sig.z,
+        "mapsswe_p": ngram.sig.p,
         "wer_1best": one,
-        "wer_oracle": results["N-best oracle (upper bound)"].wer,
-        "wer_ngram_rescoring": ngram.wer,
-        "ngram_rescoring_weights": tuned,
-        "wer_fmp": fmp_w.wer,
-        "wer_fmp_dp": fmp_dp_w.wer if fmp_dp_w is not None else None,
-        "fmp_lam": fmp["lam"],
-        "fmp_mapsswe_p_vs_ngram_rescoring": sig_fmp.p,
-        "fmp_epsilon": fmp.get("epsilon"),
-        "fmp_delta": fmp.get("delta"),
+        "wer_oracle": first.oracle_wer.wer,
+        "wer_ngram_rescoring": ngram.wer.wer,
+        "ngram_rescoring_weights": ngram.info["weights"],
+        "wer_fmp": fmp.wer.wer,
+        "wer_fmp_dp": fmp.dp_wer.wer if fmp.dp_wer is not None else None,
+        "fmp_lam": fmp.info["lam"],
+        "fmp_mapsswe_p_vs_ngram_rescoring": fmp.sig.p,
+        "fmp_epsilon": fmp.info.get("epsilon"),
+        "fmp_delta": fmp.info.get("delta"),
         "fedlm": None if fedlm is None else {k: fedlm[k] for k in (
             "ppl", "ppl_baseline", "ppl_all_utts", "wer", "wer_baseline", "wer_rel_change", "mapsswe_p", "rounds",
             "clients")},
@@ -349,22 +389,26 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
             "wer", "cer", "wer_baseline", "cer_baseline", "wer_seed", "cer_seed", "rounds_to_target",
             "rounds_to_target_baseline", "target_loss", "valid_loss", "valid_loss_baseline", "valid_loss_seed")},
         "anon": anon,
-        "oracle_mapsswe_z": sig.z,
-        "oracle_mapsswe_p": sig.p,
-        "oracle_bootstrap_ci": [boot.ci_low, boot.ci_high],
+        "oracle_mapsswe_z": first.sig.z,
+        "oracle_mapsswe_p": first.sig.p,
+        "oracle_bootstrap_ci": [first.boot.ci_low, first.boot.ci_high],
         "test_utterances": len(test),
-        "test_clients": len(pop),
+        "test_clients": views["clients"],
         "dev_utterances": len(dev),
         "per_client_wer_range": [min(p["wer_1best"] for p in per_client), max(p["wer_1best"] for p in per_client)],
         "zipf_devices": len(devices),
         "zipf_largest_device": max(len(c) for c in devices),
         "timings": timings,
     }
-    write_results(out, config={"preset": preset, "synth": manifest.get("config", {})}, seed=seed,
-                  metrics=metrics, data={"corpus": out / "corpus"},
-                  extra={"stats": stats, "per_client": per_client})
 
-    report = [
+
+def _report(out: Path, seed: int, preset: str, stats: dict[str, Any], rows: list[dict[str, Any]],
+            first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
+            ftl: dict[str, Any] | None, anon: dict[str, Any], views: dict[str, Any], metrics: dict[str, Any],
+            ) -> str:
+    """``report.md``: the corpus, the WER table with its significance tests, then one section per method."""
+    sig, boot, sig_ngram, sig_fmp = first.sig, first.boot, ngram.sig, fmp.sig
+    return "\n".join([
         "# privasr demo report",
         "",
         f"privasr {__version__}, seed {seed}, preset `{preset}`. Regenerate with "
@@ -383,24 +427,62 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
         f"MAPSSWE, 1-best vs oracle: {sig.n} segments, Z = {sig.z:.3f}, p = {sig.p:.3g}. "
         f"Paired bootstrap 95% interval of the WER difference: [{_pct(boot.ci_low)}, {_pct(boot.ci_high)}] points.",
         f"MAPSSWE, n-gram rescoring vs 1-best: Z = {sig_ngram.z:.3f}, p = {sig_ngram.p:.3g}; weights tuned on the dev "
-        f"clients: {tuned}.",
+        f"clients: {ngram.info['weights']}.",
         f"MAPSSWE, FMP vs n-gram rescoring: Z = {sig_fmp.z:.3f}, p = {sig_fmp.p:.3g} (clients send only sparse "
         "kernel-weighted word counts; the trigram stands in for the NNLM).",
-        *([] if fedlm is None else [
-            f"Federated NNLM fine-tuning (`{out / 'fedlm'}`, paper 001): the dev clients fine-tune a tiny "
-            f"transformer on their own 1-best weighted by the per-word confidences; test perplexity "
-            f"{fedlm['ppl_baseline']:.1f} -> {fedlm['ppl']:.1f} (all utterances, unweighted: "
-            f"{fedlm['ppl_all_utts']:.1f}); MAPSSWE fine-tuned vs tiny-NNLM rescoring: p = {fedlm['mapsswe_p']:.3g}."]),
-        *([] if ftl is None else [
-            "",
-            "## Federated acoustic-model training (paper 002)",
-            "",
-            f"`{out / 'ftl'}`: a tiny CTC model seeded on 6 synthetic server speakers, then trained by 6 client "
-            f"speakers for {ftl['rounds']} rounds (3 sampled with replacement per round). Validation loss "
-            f"{ftl['valid_loss_seed']:.3f} (seed) -> {ftl['valid_loss']:.3f} (client SGD + server Adam, softmax "
-            f"weighting) vs {ftl['valid_loss_baseline']:.3f} (FedAvg); test CER {_pct(ftl['cer_seed'])}% -> "
-            f"{_pct(ftl['cer'])}% vs {_pct(ftl['cer_baseline'])}%, WER {_pct(ftl['wer_seed'])}% -> "
-            f"{_pct(ftl['wer'])}% vs {_pct(ftl['wer_baseline'])}%."]),
+        *([] if fedlm is None else _fedlm_report(out, fedlm)),
+        *([] if ftl is None else _ftl_report(out, ftl)),
+        *_anon_report(out, anon),
+        "",
+        "## Federated views of the test clients",
+        "",
+        f"- Time-ordered rounds (T = 2, three groups per client), group sizes of the first clients: "
+        f"{views['rounds'][:5]}",
+        f"- Zipf device simulation ({views['device_ids']} device ids, exponent 1.0): "
+        f"{len(views['devices'])} non-empty devices, the largest holding {metrics['zipf_largest_device']} "
+        "utterances.",
+        f"- Per-client 1-best WER ranges from {_pct(metrics['per_client_wer_range'][0])}% to "
+        f"{_pct(metrics['per_client_wer_range'][1])}%.",
+        "",
+        "## Timings",
+        "",
+        *[f"- {k}: {v:.2f}" for k, v in metrics["timings"].items()],
+        "",
+        "## Next: real data",
+        "",
+        "The main real N-best set is `../shared/data/ami-tts-nbest-adapted` (AMI meetings spoken by espeak-ng, "
+        "decoded after MAP-adapting the acoustic model to the voices: 20.2% test 1-best WER, the papers' "
+        "regime). Every paper's experiment has a config for it, `configs/*-adapted.yaml`, e.g. "
+        "`privasr fmp run --config configs/fmp-ami-adapted.yaml --out runs/fmp-ami-adapted`; "
+        "`privasr data tts-nbest` rebuilds such a set from your own transcripts and LM "
+        "(docs/asr.md, docs/results.md).",
+        "",
+    ])
+
+
+def _fedlm_report(out: Path, fedlm: dict[str, Any]) -> list[str]:
+    return [
+        f"Federated NNLM fine-tuning (`{out / 'fedlm'}`, paper 001): the dev clients fine-tune a tiny "
+        f"transformer on their own 1-best weighted by the per-word confidences; test perplexity "
+        f"{fedlm['ppl_baseline']:.1f} -> {fedlm['ppl']:.1f} (all utterances, unweighted: "
+        f"{fedlm['ppl_all_utts']:.1f}); MAPSSWE fine-tuned vs tiny-NNLM rescoring: p = {fedlm['mapsswe_p']:.3g}."]
+
+
+def _ftl_report(out: Path, ftl: dict[str, Any]) -> list[str]:
+    return [
+        "",
+        "## Federated acoustic-model training (paper 002)",
+        "",
+        f"`{out / 'ftl'}`: a tiny CTC model seeded on 6 synthetic server speakers, then trained by 6 client "
+        f"speakers for {ftl['rounds']} rounds (3 sampled with replacement per round). Validation loss "
+        f"{ftl['valid_loss_seed']:.3f} (seed) -> {ftl['valid_loss']:.3f} (client SGD + server Adam, softmax "
+        f"weighting) vs {ftl['valid_loss_baseline']:.3f} (FedAvg); test CER {_pct(ftl['cer_seed'])}% -> "
+        f"{_pct(ftl['cer'])}% vs {_pct(ftl['cer_baseline'])}%, WER {_pct(ftl['wer_seed'])}% -> "
+        f"{_pct(ftl['wer'])}% vs {_pct(ftl['wer_baseline'])}%."]
+
+
+def _anon_report(out: Path, anon: dict[str, Any]) -> list[str]:
+    return [
         "",
         "## Anonymised transcripts (paper 003)",
         "",
@@ -413,28 +495,43 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
         "also ordinary words). Trigram on background + dev transcripts, perplexity of the test "
         f"references: {anon['ppl_original']:.1f} trained on the original text, {anon['ppl_anonymized']:.1f} on the "
         "anonymised text.",
-        "",
-        "## Federated views of the test clients",
-        "",
-        f"- Time-ordered rounds (T = 2, three groups per client), group sizes of the first clients: {rounds[:5]}",
-        f"- Zipf device simulation ({max(2, len(test) // 4)} device ids, exponent 1.0): {len(devices)} non-empty "
-        f"devices, the largest holding {metrics['zipf_largest_device']} utterances.",
-        f"- Per-client 1-best WER ranges from {_pct(metrics['per_client_wer_range'][0])}% to "
-        f"{_pct(metrics['per_client_wer_range'][1])}%.",
-        "",
-        "## Timings",
-        "",
-        *[f"- {k}: {v:.2f}" for k, v in timings.items()],
-        "",
-        "## Next: real data",
-        "",
-        "The main real N-best set is `../shared/data/ami-tts-nbest-adapted` (AMI meetings spoken by espeak-ng, "
-        "decoded after MAP-adapting the acoustic model to the voices: 20.2% test 1-best WER, the papers' "
-        "regime). Every paper's experiment has a config for it, `configs/*-adapted.yaml`, e.g. "
-        "`privasr fmp run --config configs/fmp-ami-adapted.yaml --out runs/fmp-ami-adapted`; "
-        "`privasr data tts-nbest` rebuilds such a set from your own transcripts and LM "
-        "(docs/asr.md, docs/results.md).",
-        "",
     ]
-    (out / "report.md").write_text("\n".join(report), encoding="utf-8")
+
+
+def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[str, Any]:
+    """Generate the corpus into ``out/corpus`` and write ``out/results.json`` and ``out/report.md``.
+
+    The stages (each timed): generate the corpus, read it back, score the first pass, n-gram rescoring, FMP,
+    federated NNLM fine-tuning, federated transfer learning, anonymisation; then the federated views, the
+    metrics and the report.
+    """
+    from privasr.corpus.synth import SynthConfig, generate
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = _Clock()
+    with clock("synth_s"):
+        manifest = generate(SynthConfig.preset(preset, seed=seed)).write(out / "corpus")
+    with clock("stats_s"):
+        dev, test, stats = _read_corpus(out / "corpus")
+    with clock("scoring_s"):
+        first = _first_pass(test, seed)
+    with clock("ngram_rescoring_s"):
+        ngram = _ngram_stage(out / "corpus", dev, test, first)
+    with clock("fmp_s"):
+        fmp = _fmp_stage(out / "corpus", dev, test, first, ngram, seed)
+    with clock("fedlm_s"):
+        fedlm = _fedlm(out, seed)
+    with clock("ftl_s"):
+        ftl = _ftl(out, seed)
+    with clock("anon_s"):
+        anon = _anon(out, seed)
+    views = _federated_views(test, seed)
+    metrics = _metrics(first, ngram, fmp, fedlm, ftl, anon, views, dev, test, clock.timings)
+    write_results(out, config={"preset": preset, "synth": manifest.get("config", {})}, seed=seed,
+                  metrics=metrics, data={"corpus": out / "corpus"},
+                  extra={"stats": stats, "per_client": views["per_client"]})
+    report = _report(out, seed, preset, stats, _systems_rows(first, ngram, fmp, fedlm), first, ngram, fmp, fedlm,
+                     ftl, anon, views, metrics)
+    (out / "report.md").write_text(report, encoding="utf-8")
     return metrics

@@ -43,6 +43,7 @@ import csv
 import io
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -122,25 +123,25 @@ def _times(ts: list[str], te: list[str]) -> tuple[tuple[tuple[float, float], ...
     return None, True
 
 
-def parse_nlp(text: str, file_id: str, where: str, tags: dict[str, str] | None) -> list[Transcript]:
-    """Parse the text of one ``.nlp`` file into per-turn transcripts (see the module documentation).
+@dataclass
+class _NlpColumns:
+    """The kept tokens' columns of an ``.nlp`` file, its entities and what was dropped."""
 
-    >>> parse_nlp("token|speaker|ts|endTs|punctuation|case|tags|wer_tags\\nok|3||||LC|[]|[]\\n", "f", "f.nlp", None)[0].speaker
-    'f_3'
-    """
-    rows = text.splitlines()
-    if not rows or rows[0].strip().split("|") != list(NLP_HEADER):
-        raise InputError("the header line is missing or wrong", path=where, line=1, expected=_EXPECTED)
-    words: list[str] = []
-    spk: list[str] = []
-    punct: list[str] = []
-    case: list[str] = []
-    tagcol: list[list[str]] = []
-    ts: list[str] = []
-    te: list[str] = []
-    ents: dict[str, list[int]] = {}
-    fallback: dict[str, str] = {}
-    dropped: list[tuple[int, str, list[Any]]] = []  # (index of the next kept token, speaker, [line, raw])
+    words: list[str] = field(default_factory=list)
+    spk: list[str] = field(default_factory=list)
+    punct: list[str] = field(default_factory=list)
+    case: list[str] = field(default_factory=list)
+    tagcol: list[list[str]] = field(default_factory=list)
+    ts: list[str] = field(default_factory=list)
+    te: list[str] = field(default_factory=list)
+    ents: dict[str, list[int]] = field(default_factory=dict)  # wer_tags entity id -> token indices
+    fallback: dict[str, str] = field(default_factory=dict)  # entity id -> type from the tags column
+    dropped: list[tuple[int, str, list[Any]]] = field(default_factory=list)  # (next kept token, speaker, [line, raw])
+
+
+def _nlp_columns(rows: list[str], where: str) -> _NlpColumns:
+    """The token lines (``rows[1:]``, after the header) checked and split into columns."""
+    cols = _NlpColumns()
     for n, row in enumerate(rows[1:], start=2):
         if not row.strip():
             continue
@@ -158,41 +159,50 @@ def parse_nlp(text: str, file_id: str, where: str, tags: dict[str, str] | None) 
         for t in tcol:
             k, sep, lab = t.partition(":")
             if sep and lab and not any(c.isspace() for c in lab):
-                fallback.setdefault(k, lab)
+                cols.fallback.setdefault(k, lab)
         tok = f[0].strip()
         if not tok:
-            dropped.append((len(words), s, [n, row]))
+            cols.dropped.append((len(cols.words), s, [n, row]))
             continue
         if any(c.isspace() for c in tok):
             raise InputError(f"token {tok[:40]!r} contains whitespace", path=where, line=n,
                              expected="one token per line")
-        i = len(words)
-        words.append(tok)
-        spk.append(s)
-        ts.append(f[2].strip())
-        te.append(f[3].strip())
-        punct.append(f[4])
-        case.append(f[5])
-        tagcol.append(tcol)
+        i = len(cols.words)
+        cols.words.append(tok)
+        cols.spk.append(s)
+        cols.ts.append(f[2].strip())
+        cols.te.append(f[3].strip())
+        cols.punct.append(f[4])
+        cols.case.append(f[5])
+        cols.tagcol.append(tcol)
         for e in wcol:
-            ents.setdefault(e, []).append(i)
-    # turns
+            cols.ents.setdefault(e, []).append(i)
+    return cols
+
+
+def _turns(spk: list[str]) -> tuple[list[tuple[int, int]], list[int]]:
+    """Speaker turns as ``(start, end)`` token ranges, and each token's turn."""
     bounds: list[tuple[int, int]] = []
     a = 0
-    for i in range(1, len(words) + 1):
-        if i == len(words) or spk[i] != spk[a]:
+    for i in range(1, len(spk) + 1):
+        if i == len(spk) or spk[i] != spk[a]:
             bounds.append((a, i))
             a = i
-    turn_of = [0] * len(words)
+    turn_of = [0] * len(spk)
     for k, (a, b) in enumerate(bounds):
         for i in range(a, b):
             turn_of[i] = k
+    return bounds, turn_of
+
+
+def _turn_entities(cols: _NlpColumns, tags: dict[str, str], bounds: list[tuple[int, int]], turn_of: list[int],
+                   ) -> tuple[list[list[tuple[int, int, str, str]]], list[list[str]]]:
+    """Per turn: the entity spans ``(start, end, label, id)`` (one per contiguous run of an entity's tokens
+    within the turn) and the ids of entities with no type."""
     spans: list[list[tuple[int, int, str, str]]] = [[] for _ in bounds]
     untyped: list[list[str]] = [[] for _ in bounds]
-    for eid, idx in ents.items():
-        if tags is None:
-            continue
-        label = tags.get(eid) or fallback.get(eid)
+    for eid, idx in cols.ents.items():
+        label = tags.get(eid) or cols.fallback.get(eid)
         runs: list[list[int]] = [[idx[0]]]
         for i in idx[1:]:
             if i == runs[-1][-1] + 1 and turn_of[i] == turn_of[runs[-1][-1]]:
@@ -207,29 +217,55 @@ def parse_nlp(text: str, file_id: str, where: str, tags: dict[str, str] | None) 
                 continue
             off = bounds[k][0]
             spans[k].append((r[0] - off, r[-1] + 1 - off, label, eid))
-    # a dropped (empty) token belongs to the turn of the previous token if the speaker matches, else the next
+    return spans, untyped
+
+
+def _turn_drops(cols: _NlpColumns, bounds: list[tuple[int, int]], turn_of: list[int]) -> list[list[list[Any]]]:
+    """The dropped (empty) tokens per turn: a dropped token belongs to the turn of the previous token if the
+    speaker matches, else the next."""
+    words, spk = cols.words, cols.spk
     drops: list[list[list[Any]]] = [[] for _ in bounds]
-    for i, s, d in dropped:
+    for i, s, d in cols.dropped:
         if not bounds:
             break
         k = turn_of[i - 1] if i > 0 and (i == len(words) or spk[i - 1] == s) else turn_of[min(i, len(words) - 1)]
         drops[k].append(d)
+    return drops
+
+
+def parse_nlp(text: str, file_id: str, where: str, tags: dict[str, str] | None) -> list[Transcript]:
+    """Parse the text of one ``.nlp`` file into per-turn transcripts (see the module documentation).
+
+    >>> parse_nlp("token|speaker|ts|endTs|punctuation|case|tags|wer_tags\\nok|3||||LC|[]|[]\\n", "f", "f.nlp", None)[0].speaker
+    'f_3'
+    """
+    rows = text.splitlines()
+    if not rows or rows[0].strip().split("|") != list(NLP_HEADER):
+        raise InputError("the header line is missing or wrong", path=where, line=1, expected=_EXPECTED)
+    cols = _nlp_columns(rows, where)
+    bounds, turn_of = _turns(cols.spk)
+    if tags is None:
+        spans: list[list[tuple[int, int, str, str]]] = [[] for _ in bounds]
+        untyped: list[list[str]] = [[] for _ in bounds]
+    else:
+        spans, untyped = _turn_entities(cols, tags, bounds, turn_of)
+    drops = _turn_drops(cols, bounds, turn_of)
     out = []
     for k, (a, b) in enumerate(bounds):
         sp = sorted(spans[k], key=lambda x: (x[0], x[1], x[2], natural_key(x[3])))
-        meta: dict[str, Any] = {"punctuation": punct[a:b], "case": case[a:b], "tags": tagcol[a:b]}
+        meta: dict[str, Any] = {"punctuation": cols.punct[a:b], "case": cols.case[a:b], "tags": cols.tagcol[a:b]}
         if sp:
             meta["entity_ids"] = [x[3] for x in sp]
         if untyped[k]:
             meta["untyped_entity_ids"] = untyped[k]
         if drops[k]:
             meta["dropped"] = drops[k]
-        times, raw = _times(ts[a:b], te[a:b])
+        times, raw = _times(cols.ts[a:b], cols.te[a:b])
         if raw:
-            meta["ts"], meta["endTs"] = ts[a:b], te[a:b]
+            meta["ts"], meta["endTs"] = cols.ts[a:b], cols.te[a:b]
         try:
-            out.append(Transcript(f"{file_id}_{k:04d}", tuple(words[a:b]), times=times, client=file_id,
-                                  speaker=f"{file_id}_{spk[a]}", order=k,
+            out.append(Transcript(f"{file_id}_{k:04d}", tuple(cols.words[a:b]), times=times, client=file_id,
+                                  speaker=f"{file_id}_{cols.spk[a]}", order=k,
                                   entities=tuple(Span(x[0], x[1], x[2]) for x in sp), meta=meta))
         except InputError as e:
             raise e.at(where) from None

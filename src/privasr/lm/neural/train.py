@@ -28,8 +28,9 @@
 * **Frozen layers** (paper 003, 2.3): ``freeze="output"`` trains only ``model.output_layers()`` (the output
   projection and its bias; the class and word layers of a class softmax); every other parameter stays
   bit-identical. ``freeze="none"`` trains everything.
-* ``out_dir/results.json`` (:func:`privasr.results.write_results`) records the config, seed, version and
-  metrics: train and valid perplexity per epoch, the validation history, the best valid perplexity, tokens/s.
+* The result's ``metrics`` (train and valid perplexity per epoch, the validation history, the best valid
+  perplexity, tokens/s) and ``run`` (the settings) are what ``privasr lm train-neural`` records in
+  ``out/results.json``; the library writes only the checkpoints.
 
 >>> sents = [["a", "b"], ["b", "a", "b"]] * 8
 >>> res = train_lm(sents, sents[:4], NeuralLMConfig.preset("tiny-lstm"),
@@ -183,8 +184,10 @@ class TrainResult:
         initial_valid_ppl: the validation perplexity before training.
         steps: updates made; tokens_per_s: training tokens (targets, no padding) per second of training.
         stopped_early: whether early stopping ended the run.
-        metrics: the metrics written to ``results.json``.
-        out_dir: where checkpoints and results went (``None``: nothing written).
+        metrics: the run's metrics (what ``privasr lm train-neural`` writes to ``results.json``).
+        run: the run's settings as the checkpoints record them (``train`` options, ``seed``, ``freeze``,
+            ``device``, ``init``).
+        out_dir: where the checkpoints went (``None``: nothing written).
     """
 
     model: TransformerLM | LstmLM
@@ -201,6 +204,7 @@ class TrainResult:
     tokens_per_s: float
     stopped_early: bool
     metrics: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
     out_dir: Path | None = None
 
 
@@ -424,6 +428,327 @@ def _load_init(init: str | os.PathLike[str] | Checkpoint) -> Checkpoint:
     return init if isinstance(init, Checkpoint) else load_checkpoint(init)
 
 
+def _setup_source(config: NeuralLMConfig | None, opts: TrainOptions, out: Path | None,
+                  init: str | os.PathLike[str] | Checkpoint | None, resume: bool, seed: int, freeze: str,
+                  train_words: Sequence[Sequence[str]],
+                  ) -> tuple[Vocabulary, NeuralLMConfig, Checkpoint | None]:
+    """The vocabulary, the model config and the checkpoint whose weights start the run (``None``: from scratch).
+
+    Resuming takes all three from ``out/last.pt`` (checking that nothing but :data:`RESUMABLE_CHANGES`
+    differs), fine-tuning from ``init`` (only ``dropout`` may differ), training from scratch builds the
+    vocabulary from the training text.
+    """
+    if resume:
+        return _resume_source(config, opts, out, seed, freeze)
+    if init is not None:
+        init_ck = _load_init(init)
+        model_cfg = init_ck.config
+        if config is not None:
+            cfg = config.replace(vocab_size=model_cfg.vocab_size)
+            if cfg.replace(dropout=model_cfg.dropout) != model_cfg:
+                diff = sorted(k for k, v in cfg.to_dict().items() if model_cfg.to_dict()[k] != v and k != "dropout")
+                raise ConfigError(f"the model config differs from the --init checkpoint's in {diff}",
+                                  expected="the checkpoint's architecture (only dropout may change)")
+            model_cfg = cfg
+        return init_ck.vocab, model_cfg, init_ck
+    if config is None:
+        raise ConfigError("a model config is needed to train from scratch")
+    vocab = Vocabulary.build(train_words, max_size=opts.max_vocab, min_count=opts.min_count)
+    return vocab, (config.replace(vocab_size=0) if config.vocab_size != len(vocab) else config), None
+
+
+def _resume_source(config: NeuralLMConfig | None, opts: TrainOptions, out: Path | None, seed: int,
+                   freeze: str) -> tuple[Vocabulary, NeuralLMConfig, Checkpoint]:
+    """``out/last.pt``'s vocabulary, config and checkpoint, after checking the run may resume from it."""
+    if out is None:
+        raise ConfigError("resume needs out_dir (where last.pt is)")
+    resumed = load_checkpoint(out / "last.pt")
+    if resumed.train_state is None:
+        raise InputError("the checkpoint has no training state to resume from", path=out / "last.pt")
+    model_cfg = resumed.config
+    saved = resumed.extra.get("run", {})
+    if config is not None and config.replace(vocab_size=model_cfg.vocab_size) != model_cfg:
+        raise ConfigError("resume: the model config differs from the one in last.pt")
+    changed = {k for k, v in opts.to_dict().items() if saved.get("train", {}).get(k) != v}
+    if changed - RESUMABLE_CHANGES:
+        raise ConfigError(f"resume: training options {sorted(changed - RESUMABLE_CHANGES)} differ from the "
+                          f"interrupted run's", expected=f"only {sorted(RESUMABLE_CHANGES)} may change")
+    if saved.get("seed") != seed or saved.get("freeze") != freeze:
+        raise ConfigError(f"resume: seed/freeze ({seed}, {freeze}) differ from the interrupted run's "
+                          f"({saved.get('seed')}, {saved.get('freeze')})")
+    return resumed.vocab, model_cfg, resumed
+
+
+def _build_trainable(model_cfg: NeuralLMConfig, vocab: Vocabulary, start: Checkpoint | None, seed: int,
+                     dev: torch.device, freeze: str) -> tuple[TransformerLM | LstmLM, list[nn.Parameter]]:
+    """The model (seeded, with ``start``'s weights if given, on ``dev``) and its trainable parameters."""
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = build_model(model_cfg, vocab)
+    if start is not None:
+        model.load_state_dict(start.model.state_dict())
+    model.to(dev)
+    if freeze == "output":
+        keep = {id(p) for layer in model.output_layers() for p in layer.parameters()}
+        for p in model.parameters():
+            p.requires_grad_(id(p) in keep)
+    return model, [p for p in model.parameters() if p.requires_grad]
+
+
+def _optimizer(params: list[nn.Parameter], opts: TrainOptions) -> torch.optim.Optimizer:
+    if opts.optimizer == "adam":
+        return torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay) \
+            if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr)
+    return torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
+
+
+def _mixed_precision(dev: torch.device, opts: TrainOptions) -> tuple[torch.dtype | None, Any]:
+    """The autocast dtype (``None``: fp32) and the fp16 loss scaler (``None``: no scaling)."""
+    if dev.type != "cuda" or not opts.amp:
+        return None, None
+    if torch.cuda.is_bf16_supported():
+        return torch.bfloat16, None
+    return torch.float16, torch.amp.GradScaler("cuda")
+
+
+def _init_source(init: str | os.PathLike[str] | Checkpoint | None) -> str | None:
+    """How ``results.json`` and the checkpoints name the ``init`` checkpoint."""
+    if init is None:
+        return None
+    return str(init) if not isinstance(init, Checkpoint) else str(init.path or "<checkpoint object>")
+
+
+class _Trainer:
+    """One training run's state and stages: start or resume, epochs of update steps, validations, checkpoints.
+
+    ``st`` holds every counter a resume needs (saved in ``last.pt``); ``best_state`` the best weights so far.
+    """
+
+    def __init__(self, model: TransformerLM | LstmLM, params: list[nn.Parameter], vocab: Vocabulary,
+                 opts: TrainOptions, train_seqs: list[np.ndarray], valid_seqs: list[np.ndarray], *, seed: int,
+                 dev: torch.device, out: Path | None, run_info: dict[str, Any],
+                 on_validation: Callable[[dict[str, Any]], None] | None) -> None:
+        self.model, self.params, self.vocab, self.opts = model, params, vocab, opts
+        self.model_cfg = model.config
+        self.train_seqs, self.valid_seqs = train_seqs, valid_seqs
+        self.seed, self.dev, self.out, self.run_info, self.on_validation = seed, dev, out, run_info, on_validation
+        self.optim = _optimizer(params, opts)
+        self.amp_dtype, self.scaler = _mixed_precision(dev, opts)
+        self.lengths = np.array([len(s) - 1 for s in train_seqs])
+        self.n_batches = math.ceil(len(train_seqs) / opts.batch_size)
+        self.total_steps = opts.max_steps or opts.max_epochs * self.n_batches
+        self.st: dict[str, Any] = {}
+        self.best_state: dict[str, torch.Tensor] | None = None
+
+    # -- start ----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """A fresh run: the validation perplexity before training and zeroed counters."""
+        initial = self._valid_ppl()
+        self.st = {"epoch": 0, "batch": 0, "step": 0, "best_ppl": math.inf, "best_epoch": 0, "best_step": 0,
+                   "bad": 0, "plateau": 1.0, "history": [], "epochs": [], "loss_sum": 0.0, "loss_tokens": 0,
+                   "train_time": 0.0, "train_tokens": 0, "stopped_early": False, "initial_ppl": initial,
+                   "done": False}
+
+    def resume(self, resumed: Checkpoint) -> None:
+        """Counters, optimizer, loss scaler, best weights and RNG states of the interrupted run."""
+        st = copy.deepcopy(resumed.train_state)
+        self.optim.load_state_dict(st.pop("optimizer"))
+        if self.scaler is not None and "scaler" in st:
+            self.scaler.load_state_dict(st.pop("scaler"))
+        st.pop("scaler", None)
+        self.run_info["init"] = resumed.extra.get("run", {}).get("init")
+        best_path = self.out / "best.pt"  # type: ignore[operator]
+        self.best_state = load_checkpoint(best_path).model.state_dict() if best_path.exists() else None
+        _set_rng_state(st.pop("rng"), self.dev)
+        self.st = st
+
+    # -- training -------------------------------------------------------------------------------------------
+    def train(self, bar: _Progress) -> None:
+        """Epochs until ``max_epochs``, ``max_steps`` or early stopping (a resumed run may go on past where the
+        interrupted one stopped: a larger ``max_epochs`` or ``max_steps``)."""
+        st, opts = self.st, self.opts
+        self.model.train()
+        while not st["stopped_early"] and st["epoch"] < opts.max_epochs \
+                and not (opts.max_steps and st["step"] >= opts.max_steps):
+            if not self._epoch(bar):
+                break
+            self._end_epoch(bar)
+
+    def _epoch(self, bar: _Progress) -> bool:
+        """The rest of the current epoch's batches (with any ``valid_every`` validations); ``False`` when it
+        stopped mid-epoch (``max_steps`` or early stopping)."""
+        st, opts = self.st, self.opts
+        batches = _epoch_batches(self.lengths, opts.batch_size, self.seed, st["epoch"], opts.bucket)
+        task = bar.task(f"epoch {st['epoch'] + 1}/{opts.max_epochs}", len(batches), st["batch"])
+        validated_here = False
+        while st["batch"] < len(batches):
+            if opts.max_steps and st["step"] >= opts.max_steps:
+                break
+            lr = self._step(batches[st["batch"]])
+            st["batch"] += 1
+            tps = st["train_tokens"] / max(st["train_time"], 1e-9)
+            bar.update(task, completed=st["batch"],
+                       info=f"ppl {math.exp(st['loss_sum'] / st['loss_tokens']):8.2f}  lr {lr:.2e}  "
+                            f"{tps:,.0f} tok/s")
+            validated_here = False
+            if opts.valid_every and st["step"] % opts.valid_every == 0 and st["batch"] < len(batches):
+                self._validate()
+                validated_here = True
+                self._save_last()
+                if st["stopped_early"]:
+                    break
+        if st["batch"] < len(batches):
+            # stopped early (just validated and saved) or max_steps reached mid-epoch: no unscheduled validation
+            # (resume must see the same schedule state as an uninterrupted run)
+            if not validated_here:
+                self._save_last()
+            return False
+        return True
+
+    def _step(self, batch: np.ndarray) -> float:
+        """One update on the sentences ``batch``; returns its learning rate."""
+        st, opts, optim, scaler = self.st, self.opts, self.optim, self.scaler
+        t0 = time.perf_counter()
+        x, y = make_batch([self.train_seqs[i] for i in batch], self.dev, _pad_to(self.dev))
+        ntok = int((y != _IGNORE).sum())
+        st["step"] += 1
+        lr = opts.lr * _lr_factor(opts, st["step"], self.total_steps, st["plateau"])
+        for g in optim.param_groups:
+            g["lr"] = lr
+        with _autocast(self.dev, self.amp_dtype):
+            loss = token_nll(self.model, x, y) / max(1, ntok)
+        optim.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optim)
+        else:
+            loss.backward()
+        if opts.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.params, opts.clip_norm)
+        if scaler is not None:
+            scaler.step(optim)
+            scaler.update()
+        else:
+            optim.step()
+        lv = float(loss.detach())
+        if not math.isfinite(lv):
+            raise InputError(f"the training loss became {lv} at step {st['step']}",
+                             expected="a smaller learning rate or gradient clipping")
+        st["train_time"] += time.perf_counter() - t0
+        st["train_tokens"] += ntok
+        st["loss_sum"] += lv * ntok
+        st["loss_tokens"] += ntok
+        return lr
+
+    def _end_epoch(self, bar: _Progress) -> None:
+        """The end-of-epoch validation, the epoch's record and ``last.pt``."""
+        st = self.st
+        train_ppl = math.exp(st["loss_sum"] / st["loss_tokens"]) if st["loss_tokens"] else math.nan
+        st["epoch"] += 1
+        st["batch"] = 0
+        self._validate()
+        st["epochs"].append({"epoch": st["epoch"], "train_ppl": train_ppl,
+                             "valid_ppl": st["history"][-1]["valid_ppl"], "lr": self.optim.param_groups[0]["lr"],
+                             "steps": st["step"]})
+        bar.log(f"epoch {st['epoch']}: train ppl {train_ppl:.2f}, valid ppl "
+                f"{st['history'][-1]['valid_ppl']:.2f} (best {st['best_ppl']:.2f})")
+        st["loss_sum"], st["loss_tokens"] = 0.0, 0
+        self._save_last()
+
+    # -- validation, early stopping, checkpoints ------------------------------------------------------------
+    def _valid_ppl(self) -> float:
+        return evaluate_ppl(self.model, self.valid_seqs, batch_size=self.opts.eval_batch_size, device=self.dev,
+                            amp_dtype=self.amp_dtype)[0]
+
+    def _validate(self) -> None:
+        """A validation: its record, the best model (``best.pt``), the plateau schedule and early stopping."""
+        st, opts = self.st, self.opts
+        ppl = self._valid_ppl()
+        self.model.train()
+        rec = {"epoch": st["epoch"] + st["batch"] / self.n_batches, "step": st["step"], "valid_ppl": ppl,
+               "lr": self.optim.param_groups[0]["lr"]}
+        st["history"].append(rec)
+        if ppl < st["best_ppl"]:
+            st.update(best_ppl=ppl, best_epoch=rec["epoch"], best_step=st["step"], bad=0)
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self._save_best()
+        else:
+            st["bad"] += 1
+            if opts.schedule == "plateau":
+                st["plateau"] *= opts.lr_decay
+            if opts.patience and st["bad"] >= opts.patience:
+                st["stopped_early"] = True
+        if self.on_validation is not None:
+            self.on_validation(dict(rec))
+
+    def _checkpoint_extra(self) -> dict[str, Any]:
+        return {"run": self.run_info, "epoch": self.st["epoch"], "step": self.st["step"],
+                "best_valid_ppl": self.st["best_ppl"]}
+
+    def _save_best(self) -> None:
+        if self.out is not None:
+            save_checkpoint(self.out / "best.pt", self.model, self.vocab, self.model_cfg,
+                            extra=self._checkpoint_extra())
+
+    def _save_last(self) -> None:
+        if self.out is None:
+            return
+        ts = {**self.st, "optimizer": self.optim.state_dict(), "rng": _rng_state(self.dev)}
+        if self.scaler is not None:
+            ts["scaler"] = self.scaler.state_dict()
+        save_checkpoint(self.out / "last.pt", self.model, self.vocab, self.model_cfg,
+                        extra=self._checkpoint_extra(), train_state=ts)
+
+    # -- end ------------------------------------------------------------------------------------------------
+    def finish(self) -> tuple[TransformerLM | LstmLM, dict[str, Any]]:
+        """The best model (in eval mode, on the device) and the best validation's ``best_valid_ppl``,
+        ``best_epoch``, ``best_step`` and ``final_valid_ppl``.
+
+        The final model's validation perplexity is the last scheduled validation's, or a fresh one that changes
+        no training state. With no scheduled validation yet (``max_steps`` before the first), the final model
+        is the best.
+        """
+        st = self.st
+        if st["history"] and st["history"][-1]["step"] == st["step"]:
+            final_ppl = st["history"][-1]["valid_ppl"]
+        else:
+            final_ppl = self._valid_ppl()
+        best = {"best_valid_ppl": st["best_ppl"], "best_epoch": st["best_epoch"], "best_step": st["best_step"],
+                "final_valid_ppl": final_ppl}
+        if self.best_state is None:
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            best.update(best_valid_ppl=final_ppl, best_epoch=st["epoch"] + st["batch"] / self.n_batches,
+                        best_step=st["step"])
+            self._save_best()
+        with torch.device("cpu"):
+            model = build_model(self.model_cfg, self.vocab)
+        model.load_state_dict(self.best_state)
+        model.to(self.dev).eval()
+        return model, best
+
+    def metrics(self, best: Mapping[str, Any], train_words: Sequence[Sequence[str]],
+                valid_words: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """The run's metrics (:attr:`TrainResult.metrics`)."""
+        st, vocab = self.st, self.vocab
+        return {
+            "train_ppl": [e["train_ppl"] for e in st["epochs"]],
+            "valid_ppl": [e["valid_ppl"] for e in st["epochs"]],
+            "best_valid_ppl": best["best_valid_ppl"], "best_epoch": best["best_epoch"],
+            "best_step": best["best_step"], "final_valid_ppl": best["final_valid_ppl"],
+            "valid_ppl_initial": st["initial_ppl"], "epochs_completed": st["epoch"], "steps": st["step"],
+            "stopped_early": st["stopped_early"], "tokens_per_s": self.tokens_per_s(),
+            "train_seconds": st["train_time"], "train_tokens": st["train_tokens"], "vocab_size": len(vocab),
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "trainable_parameters": sum(p.numel() for p in self.params),
+            "train_oov_rate": _oov_rate(vocab, train_words), "valid_oov_rate": _oov_rate(vocab, valid_words),
+            "valid_tokens": sum(len(s) - 1 for s in self.valid_seqs), "history": st["history"],
+            "epochs": st["epochs"],
+        }
+
+    def tokens_per_s(self) -> float:
+        return self.st["train_tokens"] / self.st["train_time"] if self.st["train_time"] else math.nan
+
+
 def train_lm(
     train_sentences: Sequence[Sequence[str] | str],
     valid_sentences: Sequence[Sequence[str] | str],
@@ -437,7 +762,6 @@ def train_lm(
     progress: bool = True,
     *,
     resume: bool = False,
-    data: Mapping[str, Any] | None = None,
     on_validation: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Train a neural LM (see the module docstring); returns the best model and the training record.
@@ -447,7 +771,7 @@ def train_lm(
         config: the architecture; ``None`` with ``init`` (or ``resume``) takes the checkpoint's. With ``init`` a
             given config may differ from the checkpoint's only in ``dropout``.
         train_options: optimisation options (defaults: :class:`TrainOptions`).
-        out_dir: where ``best.pt``, ``last.pt`` and ``results.json`` go (``None``: write nothing).
+        out_dir: where ``best.pt`` and ``last.pt`` go (``None``: write nothing).
         init: a checkpoint (path or loaded) to fine-tune; its vocabulary is used.
         freeze: ``"none"`` (train everything) or ``"output"`` (only ``model.output_layers()``).
         seed: seeds the weights, dropout and the batch order.
@@ -455,7 +779,6 @@ def train_lm(
         progress: show rich progress bars on stderr.
         resume: continue from ``out_dir/last.pt`` (same data, config, seed, freeze and options except
             :data:`RESUMABLE_CHANGES`).
-        data: file fingerprints (or paths) recorded in ``results.json``.
         on_validation: called with each validation record (for logging or experiment hooks).
     """
     opts = train_options or TrainOptions()
@@ -468,245 +791,27 @@ def train_lm(
     train_words = _words(train_sentences, "training")
     valid_words = _words(valid_sentences, "validation")
 
-    resumed: Checkpoint | None = None
-    init_ck: Checkpoint | None = None
-    if resume:
-        if out is None:
-            raise ConfigError("resume needs out_dir (where last.pt is)")
-        resumed = load_checkpoint(out / "last.pt")
-        if resumed.train_state is None:
-            raise InputError("the checkpoint has no training state to resume from", path=out / "last.pt")
-        vocab, model_cfg = resumed.vocab, resumed.config
-        saved = resumed.extra.get("run", {})
-        if config is not None and config.replace(vocab_size=model_cfg.vocab_size) != model_cfg:
-            raise ConfigError("resume: the model config differs from the one in last.pt")
-        changed = {k for k, v in opts.to_dict().items() if saved.get("train", {}).get(k) != v}
-        if changed - RESUMABLE_CHANGES:
-            raise ConfigError(f"resume: training options {sorted(changed - RESUMABLE_CHANGES)} differ from the "
-                              f"interrupted run's", expected=f"only {sorted(RESUMABLE_CHANGES)} may change")
-        if saved.get("seed") != seed or saved.get("freeze") != freeze:
-            raise ConfigError(f"resume: seed/freeze ({seed}, {freeze}) differ from the interrupted run's "
-                              f"({saved.get('seed')}, {saved.get('freeze')})")
-    elif init is not None:
-        init_ck = _load_init(init)
-        vocab = init_ck.vocab
-        model_cfg = init_ck.config
-        if config is not None:
-            cfg = config.replace(vocab_size=model_cfg.vocab_size)
-            if cfg.replace(dropout=model_cfg.dropout) != model_cfg:
-                diff = sorted(k for k, v in cfg.to_dict().items() if model_cfg.to_dict()[k] != v and k != "dropout")
-                raise ConfigError(f"the model config differs from the --init checkpoint's in {diff}",
-                                  expected="the checkpoint's architecture (only dropout may change)")
-            model_cfg = cfg
-    else:
-        if config is None:
-            raise ConfigError("a model config is needed to train from scratch")
-        vocab = Vocabulary.build(train_words, max_size=opts.max_vocab, min_count=opts.min_count)
-        model_cfg = config.replace(vocab_size=0) if config.vocab_size != len(vocab) else config
-
-    torch.manual_seed(seed)
-    with torch.device("cpu"):
-        model = build_model(model_cfg, vocab)
-    model_cfg = model.config
-    if resumed is not None:
-        model.load_state_dict(resumed.model.state_dict())
-    elif init_ck is not None:
-        model.load_state_dict(init_ck.model.state_dict())
-    model.to(dev)
-
-    if freeze == "output":
-        keep = {id(p) for layer in model.output_layers() for p in layer.parameters()}
-        for p in model.parameters():
-            p.requires_grad_(id(p) in keep)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if opts.optimizer == "adam":
-        optim: torch.optim.Optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay) \
-            if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr)
-    else:
-        optim = torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
-
-    amp_dtype: torch.dtype | None = None
-    scaler = None
-    if dev.type == "cuda" and opts.amp:
-        if torch.cuda.is_bf16_supported():
-            amp_dtype = torch.bfloat16
-        else:
-            amp_dtype = torch.float16
-            scaler = torch.amp.GradScaler("cuda")
-
-    train_seqs = encode_sentences(vocab, train_words, model_cfg.max_len)
-    valid_seqs = encode_sentences(vocab, valid_words, model_cfg.max_len)
-    lengths = np.array([len(s) - 1 for s in train_seqs])
-    n_batches = math.ceil(len(train_seqs) / opts.batch_size)
-    total_steps = opts.max_steps or opts.max_epochs * n_batches
-
+    vocab, model_cfg, start = _setup_source(config, opts, out, init, resume, seed, freeze, train_words)
+    model, params = _build_trainable(model_cfg, vocab, start, seed, dev, freeze)
     run_info = {"train": opts.to_dict(), "seed": seed, "freeze": freeze, "device": str(dev),
-                "init": None if init is None else str(init) if not isinstance(init, Checkpoint)
-                else str(init.path or "<checkpoint object>")}
-    if resumed is not None:
-        st = copy.deepcopy(resumed.train_state)
-        optim.load_state_dict(st.pop("optimizer"))
-        if scaler is not None and "scaler" in st:
-            scaler.load_state_dict(st.pop("scaler"))
-        st.pop("scaler", None)
-        run_info["init"] = resumed.extra.get("run", {}).get("init")
-        best_path = out / "best.pt"  # type: ignore[operator]
-        best_state = load_checkpoint(best_path).model.state_dict() if best_path.exists() else None
-        _set_rng_state(st.pop("rng"), dev)
+                "init": _init_source(init)}
+    trainer = _Trainer(model, params, vocab, opts, encode_sentences(vocab, train_words, model.config.max_len),
+                       encode_sentences(vocab, valid_words, model.config.max_len), seed=seed, dev=dev, out=out,
+                       run_info=run_info, on_validation=on_validation)
+    if resume:
+        trainer.resume(start)  # type: ignore[arg-type]
     else:
-        initial, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev,
-                                  amp_dtype=amp_dtype)
-        st = {"epoch": 0, "batch": 0, "step": 0, "best_ppl": math.inf, "best_epoch": 0, "best_step": 0,
-              "bad": 0, "plateau": 1.0, "history": [], "epochs": [], "loss_sum": 0.0, "loss_tokens": 0,
-              "train_time": 0.0, "train_tokens": 0, "stopped_early": False, "initial_ppl": initial,
-              "done": False}
-        best_state = None
-
-    def checkpoint_extra() -> dict[str, Any]:
-        return {"run": run_info, "epoch": st["epoch"], "step": st["step"], "best_valid_ppl": st["best_ppl"]}
-
-    def validate() -> None:
-        nonlocal best_state
-        ppl, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev, amp_dtype=amp_dtype)
-        model.train()
-        rec = {"epoch": st["epoch"] + st["batch"] / n_batches, "step": st["step"], "valid_ppl": ppl,
-               "lr": optim.param_groups[0]["lr"]}
-        st["history"].append(rec)
-        if ppl < st["best_ppl"]:
-            st.update(best_ppl=ppl, best_epoch=rec["epoch"], best_step=st["step"], bad=0)
-            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            if out is not None:
-                save_checkpoint(out / "best.pt", model, vocab, model_cfg, extra=checkpoint_extra())
-        else:
-            st["bad"] += 1
-            if opts.schedule == "plateau":
-                st["plateau"] *= opts.lr_decay
-            if opts.patience and st["bad"] >= opts.patience:
-                st["stopped_early"] = True
-        if on_validation is not None:
-            on_validation(dict(rec))
-
-    def save_last() -> None:
-        if out is None:
-            return
-        ts = {**st, "optimizer": optim.state_dict(), "rng": _rng_state(dev)}
-        if scaler is not None:
-            ts["scaler"] = scaler.state_dict()
-        save_checkpoint(out / "last.pt", model, vocab, model_cfg, extra=checkpoint_extra(), train_state=ts)
-
-    model.train()
-    bar = _Progress(progress)
-    with bar:
-        # A resumed run may go on past where the interrupted one stopped (a larger max_epochs or max_steps).
-        while not st["stopped_early"] and st["epoch"] < opts.max_epochs \
-                and not (opts.max_steps and st["step"] >= opts.max_steps):
-            batches = _epoch_batches(lengths, opts.batch_size, seed, st["epoch"], opts.bucket)
-            task = bar.task(f"epoch {st['epoch'] + 1}/{opts.max_epochs}", len(batches), st["batch"])
-            validated_here = False
-            while st["batch"] < len(batches):
-                if opts.max_steps and st["step"] >= opts.max_steps:
-                    break
-                t0 = time.perf_counter()
-                x, y = make_batch([train_seqs[i] for i in batches[st["batch"]]], dev, _pad_to(dev))
-                ntok = int((y != _IGNORE).sum())
-                st["step"] += 1
-                lr = opts.lr * _lr_factor(opts, st["step"], total_steps, st["plateau"])
-                for g in optim.param_groups:
-                    g["lr"] = lr
-                with _autocast(dev, amp_dtype):
-                    loss = token_nll(model, x, y) / max(1, ntok)
-                optim.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(optim)
-                else:
-                    loss.backward()
-                if opts.clip_norm:
-                    torch.nn.utils.clip_grad_norm_(params, opts.clip_norm)
-                if scaler is not None:
-                    scaler.step(optim)
-                    scaler.update()
-                else:
-                    optim.step()
-                lv = float(loss.detach())
-                if not math.isfinite(lv):
-                    raise InputError(f"the training loss became {lv} at step {st['step']}",
-                                     expected="a smaller learning rate or gradient clipping")
-                st["train_time"] += time.perf_counter() - t0
-                st["train_tokens"] += ntok
-                st["loss_sum"] += lv * ntok
-                st["loss_tokens"] += ntok
-                st["batch"] += 1
-                tps = st["train_tokens"] / max(st["train_time"], 1e-9)
-                bar.update(task, completed=st["batch"],
-                           info=f"ppl {math.exp(st['loss_sum'] / st['loss_tokens']):8.2f}  lr {lr:.2e}  "
-                                f"{tps:,.0f} tok/s")
-                validated_here = False
-                if opts.valid_every and st["step"] % opts.valid_every == 0 and st["batch"] < len(batches):
-                    validate()
-                    validated_here = True
-                    save_last()
-                    if st["stopped_early"]:
-                        break
-            if st["stopped_early"] and st["batch"] < len(batches):
-                break
-            if st["batch"] < len(batches):  # max_steps reached mid-epoch: no unscheduled validation (resume
-                if not validated_here:     # must see the same schedule state as an uninterrupted run)
-                    save_last()
-                break
-            # end of epoch
-            train_ppl = math.exp(st["loss_sum"] / st["loss_tokens"]) if st["loss_tokens"] else math.nan
-            st["epoch"] += 1
-            st["batch"] = 0
-            validate()
-            st["epochs"].append({"epoch": st["epoch"], "train_ppl": train_ppl,
-                                 "valid_ppl": st["history"][-1]["valid_ppl"], "lr": optim.param_groups[0]["lr"],
-                                 "steps": st["step"]})
-            bar.log(f"epoch {st['epoch']}: train ppl {train_ppl:.2f}, valid ppl "
-                    f"{st['history'][-1]['valid_ppl']:.2f} (best {st['best_ppl']:.2f})")
-            st["loss_sum"], st["loss_tokens"] = 0.0, 0
-            save_last()
-
-    # The final model's validation perplexity (the last scheduled validation, or a fresh one that changes no
-    # training state). With no scheduled validation yet (max_steps before the first), the final model is "best".
-    if st["history"] and st["history"][-1]["step"] == st["step"]:
-        final_ppl = st["history"][-1]["valid_ppl"]
-    else:
-        final_ppl, _ = evaluate_ppl(model, valid_seqs, batch_size=opts.eval_batch_size, device=dev,
-                                    amp_dtype=amp_dtype)
-    best_ppl, best_epoch, best_step = st["best_ppl"], st["best_epoch"], st["best_step"]
-    if best_state is None:
-        best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        best_ppl, best_epoch, best_step = final_ppl, st["epoch"] + st["batch"] / n_batches, st["step"]
-        if out is not None:
-            save_checkpoint(out / "best.pt", model, vocab, model_cfg, extra=checkpoint_extra())
-    with torch.device("cpu"):
-        best = build_model(model_cfg, vocab)
-    best.load_state_dict(best_state)
-    best.to(dev).eval()
-
-    tokens_per_s = st["train_tokens"] / st["train_time"] if st["train_time"] else math.nan
-    n_params = sum(p.numel() for p in model.parameters())
-    metrics = {
-        "train_ppl": [e["train_ppl"] for e in st["epochs"]],
-        "valid_ppl": [e["valid_ppl"] for e in st["epochs"]],
-        "best_valid_ppl": best_ppl, "best_epoch": best_epoch, "best_step": best_step,
-        "final_valid_ppl": final_ppl, "valid_ppl_initial": st["initial_ppl"], "epochs_completed": st["epoch"], "steps": st["step"],
-        "stopped_early": st["stopped_early"], "tokens_per_s": tokens_per_s, "train_seconds": st["train_time"],
-        "train_tokens": st["train_tokens"], "vocab_size": len(vocab), "parameters": n_params,
-        "trainable_parameters": sum(p.numel() for p in params),
-        "train_oov_rate": _oov_rate(vocab, train_words), "valid_oov_rate": _oov_rate(vocab, valid_words),
-        "valid_tokens": sum(len(s) - 1 for s in valid_seqs), "history": st["history"], "epochs": st["epochs"],
-    }
-    if out is not None:
-        from privasr.results import write_results
-
-        write_results(out, config={"model": model_cfg.to_dict(), **run_info}, seed=seed, metrics=metrics,
-                      data=data)
-    return TrainResult(model=best, vocab=vocab, config=model_cfg, options=opts, epochs=list(st["epochs"]),
-                       history=list(st["history"]), best_valid_ppl=best_ppl, best_epoch=best_epoch,
-                       best_step=best_step, initial_valid_ppl=st["initial_ppl"], steps=st["step"],
-                       tokens_per_s=tokens_per_s, stopped_early=st["stopped_early"], metrics=metrics, out_dir=out)
+        trainer.start()
+    with _Progress(progress) as bar:
+        trainer.train(bar)
+    best_model, best = trainer.finish()
+    st = trainer.st
+    return TrainResult(model=best_model, vocab=vocab, config=model.config, options=opts, epochs=list(st["epochs"]),
+                       history=list(st["history"]), best_valid_ppl=best["best_valid_ppl"],
+                       best_epoch=best["best_epoch"], best_step=best["best_step"],
+                       initial_valid_ppl=st["initial_ppl"], steps=st["step"], tokens_per_s=trainer.tokens_per_s(),
+                       stopped_early=st["stopped_early"], metrics=trainer.metrics(best, train_words, valid_words),
+                       run=run_info, out_dir=out)
 
 
 # ---------------------------------------------------------------------------------------------------------------

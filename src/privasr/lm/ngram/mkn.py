@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privasr.errors import InputError
-from privasr.lm.ngram.counts import BOS_ID, UNK_ID, NgramCounts, count_ngrams
+from privasr.lm.ngram.counts import BOS_ID, UNK_ID, NgramCounts, OrderCounts, count_ngrams
 from privasr.lm.ngram.model import NgramModel
 
 __all__ = ["train_mkn", "estimate_mkn", "MknResult", "DiscountError", "kenlm_discounts", "counts_of_counts",
@@ -139,6 +139,94 @@ def _apply_discount(c: np.ndarray, d: Discounts) -> np.ndarray:
     return c - table[np.minimum(c, 3)]
 
 
+def _order_discounts(coc: Sequence[tuple[int, int, int, int]], order: int,
+                     discounts: Sequence[Sequence[float]] | None,
+                     discount_fallback: Sequence[float] | None) -> list[Discounts]:
+    """``(D1, D2, D3+)`` per order: the explicit ones, else the estimates (or the fallback where they fail)."""
+    disc: list[Discounts] = []
+    for n in range(1, order + 1):
+        if discounts is not None:
+            d = tuple(float(x) for x in discounts[n - 1])
+            if len(d) != 3:
+                raise InputError(f"discounts for order {n}: {discounts[n - 1]!r}", expected="(D1, D2, D3+)")
+            disc.append((d[0], d[1], d[2]))
+            continue
+        try:
+            disc.append(kenlm_discounts(coc[n - 1], n))
+        except DiscountError:
+            if discount_fallback is None:
+                raise
+            fb = tuple(float(x) for x in discount_fallback)
+            disc.append((fb[0], fb[1], fb[2]))
+    return disc
+
+
+def _unigram_probs(c1: np.ndarray, d1: Discounts, v: int, interpolate_unigrams: bool) -> np.ndarray:
+    """Interpolated unigram probabilities from the unigram (continuation) counts ``c1``; ``<s>`` gets 1."""
+    denom1 = c1.astype(np.float64).sum()
+    if denom1 <= 0:
+        raise InputError("the training text has no words and no sentences", expected="at least one sentence")
+    gamma1 = (d1[0] * np.count_nonzero(c1 == 1) + d1[1] * np.count_nonzero(c1 == 2)
+              + d1[2] * np.count_nonzero(c1 >= 3)) / denom1
+    p = _apply_discount(c1, d1) / denom1
+    if interpolate_unigrams:
+        p = p + gamma1 / (v - 1)
+    else:
+        p[UNK_ID] += gamma1
+    p[BOS_ID] = 1.0
+    return p
+
+
+def _interpolate(oc: Sequence[OrderCounts], keep: Sequence[np.ndarray], disc: Sequence[Discounts], mult: int,
+                 p1: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Probabilities and backoffs (``gamma``, 1 for a context never extended) per order, from the unigrams up;
+    a pruned n-gram's count goes into its context's ``gamma``."""
+    probs = [p1]
+    backoffs: list[np.ndarray] = []
+    for n in range(2, len(oc) + 1):
+        o = oc[n - 1]
+        c = o.count.astype(np.float64)
+        ctx = o.keys // mult  # type index of the context in order n-1
+        n_ctx = len(oc[n - 2].keys)
+        kept = keep[n - 1]
+        denom = np.bincount(ctx, weights=c, minlength=n_ctx)
+        d = disc[n - 1]
+        ck = np.where(kept, o.count, 0)
+        num = (d[0] * np.bincount(ctx, weights=(ck == 1), minlength=n_ctx)
+               + d[1] * np.bincount(ctx, weights=(ck == 2), minlength=n_ctx)
+               + d[2] * np.bincount(ctx, weights=(ck >= 3), minlength=n_ctx))
+        if not kept.all():
+            num = num + np.bincount(ctx, weights=np.where(kept, 0.0, c), minlength=n_ctx)
+        has_ext = denom > 0
+        gamma = np.ones(n_ctx)
+        gamma[has_ext] = num[has_ext] / denom[has_ext]
+        backoffs.append(gamma)
+        pn = _apply_discount(o.count, d) / denom[ctx] + gamma[ctx] * probs[-1][o.suffix]
+        probs.append(pn)
+    backoffs.append(np.ones(len(probs[-1])))
+    return probs, backoffs
+
+
+def _pruned_model(counts: NgramCounts, keep: Sequence[np.ndarray], log_p: list[np.ndarray],
+                  log_b: list[np.ndarray]) -> NgramModel:
+    """The model of the kept n-grams (keys re-indexed to the kept contexts); the top order has no backoffs."""
+    oc, mult = counts.orders, counts.mult
+    keys_out: list[np.ndarray] = [oc[0].keys]
+    if all(k.all() for k in keep):
+        keys_out += [o.keys for o in oc[1:]]
+    else:
+        new_index = [np.arange(len(counts.vocab), dtype=np.int64)]
+        for n in range(2, len(oc) + 1):
+            k = keep[n - 1]
+            old = oc[n - 1].keys[k]
+            keys_out.append(new_index[-1][old // mult] * mult + old % mult)
+            new_index.append(np.cumsum(k) - 1)
+            log_p[n - 1] = log_p[n - 1][k]
+            log_b[n - 1] = log_b[n - 1][k]
+    log_b[-1] = np.zeros(len(log_p[-1]))
+    return NgramModel(counts.vocab, keys_out, log_p, log_b)
+
+
 def estimate_mkn(sentences: Iterable[Sequence[str]] | NgramCounts, order: int, *,
                  vocab: Collection[str] | None = None, prune: Sequence[int] | None = None,
                  discounts: Sequence[Sequence[float]] | None = None,
@@ -162,94 +250,22 @@ def estimate_mkn(sentences: Iterable[Sequence[str]] | NgramCounts, order: int, *
     thresholds = prune_thresholds(prune, order)
     if discounts is not None and len(discounts) != order:
         raise InputError(f"{len(discounts)} discount triples for order {order}", expected=f"{order} triples")
-    v = len(counts.vocab)
-    mult = counts.mult
     oc = counts.orders
-
     coc = tuple(counts_of_counts(o.count) for o in oc)
-    disc: list[Discounts] = []
-    for n in range(1, order + 1):
-        if discounts is not None:
-            d = tuple(float(x) for x in discounts[n - 1])
-            if len(d) != 3:
-                raise InputError(f"discounts for order {n}: {discounts[n - 1]!r}", expected="(D1, D2, D3+)")
-            disc.append((d[0], d[1], d[2]))
-            continue
-        try:
-            disc.append(kenlm_discounts(coc[n - 1], n))
-        except DiscountError:
-            if discount_fallback is None:
-                raise
-            fb = tuple(float(x) for x in discount_fallback)
-            disc.append((fb[0], fb[1], fb[2]))
-
+    disc = _order_discounts(coc, order, discounts, discount_fallback)
     # which n-grams survive pruning (raw count above the threshold); unigrams always do
-    keep = [np.ones(v, dtype=bool)]
+    keep = [np.ones(len(counts.vocab), dtype=bool)]
     for n in range(2, order + 1):
         keep.append(oc[n - 1].raw > thresholds[n - 1] if thresholds[n - 1] > 0 else np.ones(len(oc[n - 1].keys), bool))
-
-    # unigrams
-    c1 = oc[0].count.astype(np.float64)
-    d1 = disc[0]
-    denom1 = c1.sum()
-    if denom1 <= 0:
-        raise InputError("the training text has no words and no sentences", expected="at least one sentence")
-    t1 = oc[0].count
-    gamma1 = (d1[0] * np.count_nonzero(t1 == 1) + d1[1] * np.count_nonzero(t1 == 2)
-              + d1[2] * np.count_nonzero(t1 >= 3)) / denom1
-    p = _apply_discount(oc[0].count, d1) / denom1
-    if interpolate_unigrams:
-        p = p + gamma1 / (v - 1)
-    else:
-        p[UNK_ID] += gamma1
-    p[BOS_ID] = 1.0
-    probs = [p]
-    backoffs: list[np.ndarray] = []
-
-    for n in range(2, order + 1):
-        o = oc[n - 1]
-        c = o.count.astype(np.float64)
-        ctx = o.keys // mult  # type index of the context in order n-1
-        n_ctx = len(oc[n - 2].keys)
-        kept = keep[n - 1]
-        denom = np.bincount(ctx, weights=c, minlength=n_ctx)
-        d = disc[n - 1]
-        ck = np.where(kept, o.count, 0)
-        num = (d[0] * np.bincount(ctx, weights=(ck == 1), minlength=n_ctx)
-               + d[1] * np.bincount(ctx, weights=(ck == 2), minlength=n_ctx)
-               + d[2] * np.bincount(ctx, weights=(ck >= 3), minlength=n_ctx))
-        if not kept.all():
-            num = num + np.bincount(ctx, weights=np.where(kept, 0.0, c), minlength=n_ctx)
-        has_ext = denom > 0
-        gamma = np.ones(n_ctx)
-        gamma[has_ext] = num[has_ext] / denom[has_ext]
-        backoffs.append(gamma)
-        pn = _apply_discount(o.count, d) / denom[ctx] + gamma[ctx] * probs[-1][o.suffix]
-        probs.append(pn)
-    backoffs.append(np.ones(len(probs[-1])))
-
-    # log10 and pruning
+    p1 = _unigram_probs(oc[0].count, disc[0], len(counts.vocab), interpolate_unigrams)
+    probs, backoffs = _interpolate(oc, keep, disc, counts.mult, p1)
     with np.errstate(divide="ignore"):  # in place: the model's arrays are these
         log_p = [np.minimum(0.0, np.log10(x, out=x), out=x) for x in probs]
         log_b = [np.log10(b, out=b) for b in backoffs]
-    del probs, backoffs
-    ngram_counts = tuple(len(o.keys) for o in oc)
-    keys_out: list[np.ndarray] = [oc[0].keys]
-    if all(k.all() for k in keep):
-        keys_out += [o.keys for o in oc[1:]]
-    else:
-        new_index = [np.arange(v, dtype=np.int64)]
-        for n in range(2, order + 1):
-            k = keep[n - 1]
-            old = oc[n - 1].keys[k]
-            keys_out.append(new_index[-1][old // mult] * mult + old % mult)
-            new_index.append(np.cumsum(k) - 1)
-            log_p[n - 1] = log_p[n - 1][k]
-            log_b[n - 1] = log_b[n - 1][k]
-    log_b[-1] = np.zeros(len(log_p[-1]))
-    model = NgramModel(counts.vocab, keys_out, log_p, log_b)
-    return MknResult(model=model, discounts=tuple(disc), counts_of_counts=coc, ngram_counts=ngram_counts,
-                     tokens=counts.tokens, sentences=counts.sentences)
+    del probs, backoffs, p1
+    model = _pruned_model(counts, keep, log_p, log_b)
+    return MknResult(model=model, discounts=tuple(disc), counts_of_counts=coc,
+                     ngram_counts=tuple(len(o.keys) for o in oc), tokens=counts.tokens, sentences=counts.sentences)
 
 
 def train_mkn(sentences: Iterable[Sequence[str]], order: int, *, vocab: Collection[str] | None = None,
