@@ -561,22 +561,22 @@ class _Store:
         self.info: dict[str, Any] = {}
 
     def ngram(self, name: str, key: Mapping[str, Any], build: Any) -> Any:
-        from privasr.lm.ngram.model import NgramModel
+        from privasr.lm.ngram.arpa import read_arpa, write_arpa
 
         t0 = time.perf_counter()
         full = {**key, "version": __version__}
         path = self.cache / f"{name}-{_sha(full)}.arpa" if self.cache is not None else None
         if path is not None and path.is_file():
-            lm = NgramModel.from_arpa(path)
+            lm = read_arpa(path)
             self.info[name] = {"cached": True, "arpa": str(path)}
         else:
             lm = build()
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(".tmp")
-                lm.write_arpa(tmp)
+                write_arpa(lm, tmp)
                 tmp.replace(path)
-                lm = NgramModel.from_arpa(path)
+                lm = read_arpa(path)
             self.info[name] = {"cached": False, "arpa": str(path) if path else None}
         self.info[name].update(seconds=time.perf_counter() - t0,
                                ngrams=[int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)])
@@ -980,6 +980,7 @@ def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[st
     returned info; the others become unknown words to the decoder). Returns each file's path and n-gram counts.
     """
     from privasr.lm.mix import merge_ngrams
+    from privasr.lm.ngram.arpa import write_arpa
 
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -994,7 +995,7 @@ def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[st
     info: dict[str, Any] = {}
     for name, lm in models.items():
         path = dest / f"{name}.arpa"
-        lm.write_arpa(path)
+        write_arpa(lm, path)
         info[name] = {"path": str(path), "ngrams": [int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)]}
     info["m2_anon"]["top_members"] = k_anon
     info["mix_wc_m3"].update(weights=list(mix_weights), m2_top_members=k_fma)
