@@ -231,9 +231,9 @@ def _ftl(out: Path, seed: int) -> dict[str, Any] | None:
 def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[str, Any]:
     """Generate the corpus into ``out/corpus`` and write ``out/results.json`` and ``out/report.md``."""
     from privasr.corpus.formats.nbest_jsonl import read_nbest
-    from privasr.corpus.stats import nbest_stats
-    from privasr.corpus.synth import SynthConfig, generate
     from privasr.metrics import mapsswe, oracle_indices, paired_bootstrap, wer
+    from privasr.metrics.summary import nbest_stats
+    from privasr.synth import SynthConfig, generate
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

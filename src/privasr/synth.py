@@ -901,7 +901,7 @@ class SynthCorpus:
         import privasr
 
         return {
-            "generator": "privasr.corpus.synth",
+            "generator": "privasr.synth",
             "privasr_version": privasr.__version__,
             "seed": self.config.seed,
             "config": self.config.to_dict(),
