@@ -12,7 +12,7 @@ lists come from AMI dev and test meetings, so never from the pool or the trainin
 dev lists, WER on the test lists; perplexities are on the test lists' references.
 
 **Privacy transformation (section 2.1).** An entity detector (``ner: {model: finetuned}`` or ``stock``, loaded
-lazily with :func:`privasr.anon.ner.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC
+lazily with :func:`privasr.anon.ner_model.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC
 spans on the **cased** raw tokens of every training turn, each meeting one document for the detector's
 document-level passes (spans are cached in ``cache_dir``). Each entity word with a letter
 or digit is then replaced by a placeholder token that survives the ``ami`` normaliser (lower-case, alphabetic,
@@ -517,11 +517,9 @@ def _text_sha(sentences: Sequence[Sequence[str]]) -> str:
 def _load_detector(spec: str) -> tuple[Any, str]:
     """The config's detector and a name for the span cache; ``finetuned`` is resolved to its cached folder, whose
     name holds the key of the training data and config, so a retrained model never reuses stale spans."""
-    from privasr.anon.ner import load_detector
+    from privasr.anon.ner_model import finetuned_model, load_detector
 
     if spec == "finetuned":
-        from privasr.anon.ner_eval import finetuned_model
-
         folder = finetuned_model()
         return load_detector(str(folder)), f"privasr.anon.ner:finetuned:{folder.name}"
     return load_detector(spec), f"privasr.anon.ner:{spec}"

@@ -153,7 +153,7 @@ def _fedlm(out: Path, seed: int) -> dict[str, Any] | None:
 def _anon(out: Path, seed: int) -> dict[str, Any]:
     """Anonymisation (paper 003) of the synthetic clients' reference transcripts into ``out/anon``.
 
-    The detector is stock spaCy + patterns (:func:`privasr.anon.ner.load_detector`; patterns alone without
+    The detector is stock spaCy + patterns (:func:`privasr.anon.ner_model.load_detector`; patterns alone without
     the ``ner`` extra), run on the lower-case, punctuation-free references with clients as documents. It is
     scored against the corpus's gold personal-entity spans (exact-span P/R, token recall, leak rate of
     surrogate anonymisation), the dev and test transcripts are written anonymised (surrogates and class
@@ -161,8 +161,8 @@ def _anon(out: Path, seed: int) -> dict[str, Any]:
     references (``<unk>`` included, so the vocabularies' different coverage counts).
     """
     from privasr.anon.apply import anonymize_records
-    from privasr.anon.ner import load_detector
-    from privasr.anon.ner_eval import leak_counts, span_prf, token_recall
+    from privasr.anon.ner_metrics import leak_counts, span_prf, token_recall
+    from privasr.anon.ner_model import load_detector
     from privasr.anon.transform import Anonymizer, EntitySpan, map_label
     from privasr.corpus.formats.nbest_jsonl import read_transcripts, write_transcripts
     from privasr.errors import ConfigError
