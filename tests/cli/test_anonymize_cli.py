@@ -43,10 +43,10 @@ def test_detected_entities_with_the_ner(tmp_path: Path, monkeypatch: pytest.Monk
         def detect(self, sentences):
             return [[EntitySpan(i, i + 1, "PER") for i, w in enumerate(s) if w == "John"] for s in sentences]
 
-    import privasr.anon.ner as ner
+    import privasr.anon.ner_model as ner_model
 
     seen = []
-    monkeypatch.setattr(ner, "load_detector", lambda spec: seen.append(spec) or Det())
+    monkeypatch.setattr(ner_model, "load_detector", lambda spec: seen.append(spec) or Det())
     src = _conll(tmp_path)
     assert main(["anonymize", str(src), str(tmp_path / "o.jsonl"), "--ner", "patterns", "--mode", "redact"]) == 0
     assert seen == ["patterns"]

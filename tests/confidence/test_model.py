@@ -20,7 +20,7 @@ from privasr.confidence.model import ConfidenceModel, word_confidences  # noqa: 
 
 @pytest.fixture(scope="module")
 def corpus():
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     # the tiny preset, with more clients and utterances: ~280 utterances, ~2,200 1-best words
     return generate(SynthConfig.preset("tiny", seed=1, num_clients=12, utterances_per_client=20.0,

@@ -17,7 +17,7 @@ from privasr.experiments.fmp import load_fmp_config, run_fmp  # noqa: E402
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     d = tmp_path_factory.mktemp("synth")
     generate(SynthConfig.preset("tiny", seed=1)).write(d)

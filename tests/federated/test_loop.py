@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from privasr.errors import ConfigError, InputError
-from privasr.federated.backends import ClientVanished, make_backend
+from privasr.federated.backends import make_backend
+from privasr.federated.backends.local import ClientVanished
 from privasr.federated.core import FederatedError, SumAccumulator, Update
 from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, run_federated
 from privasr.federated.sampling import AllClients, Poisson, UniformWithoutReplacement, UniformWithReplacement

@@ -3,7 +3,7 @@
 :func:`anonymize_records` rewrites a sequence of :class:`~privasr.corpus.records.Transcript` or
 :class:`~privasr.corpus.records.NBest` records with an :class:`~privasr.anon.transform.Anonymizer`. The spans
 come from an entity detector (anything with ``detect(sentences) -> list[list[EntitySpan]]``, e.g.
-:func:`privasr.anon.ner.load_detector`) or, with ``entities="gold"``, from the records' own annotations
+:func:`privasr.anon.ner_model.load_detector`) or, with ``entities="gold"``, from the records' own annotations
 (``Transcript.entities``, as read from CoNLL or Earnings-21 files; labels mapped with
 :func:`~privasr.anon.transform.map_label`, numeric types such as CARDINAL are left alone).
 

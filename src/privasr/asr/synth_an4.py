@@ -4,7 +4,7 @@ federated acoustic training demo (``data.kind: synthetic`` of ``privasr ftl run`
 Every letter of an 8-letter alphabet has its own random 13-dim mean; a word of a 20-word lexicon is its
 letters' frames (6-9 each) around those means, shifted by a per-speaker offset and noisy; low-noise frames
 pad the words. The utterances are :class:`~privasr.asr.features.An4Utterance` objects, as the AN4 reader gives.
-(The synthetic N-best / transcript corpus of the demo is :mod:`privasr.corpus.synth`.)
+(The synthetic N-best / transcript corpus of the demo is :mod:`privasr.synth`.)
 """
 
 from __future__ import annotations

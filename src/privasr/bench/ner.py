@@ -7,7 +7,7 @@ else as many seeded sentences of Faker words and names. The same sentences go to
   parser, attribute_ruler, lemmatizer, ner), ``nlp.pipe`` over the sentences joined by spaces (tokenising
   included) -- how spaCy is usually run;
 * ``stock_ner``: :class:`~privasr.anon.ner.SpacyDetector` on the stock pipeline's ``ner`` only, over the given
-  tokens (``Doc(vocab, words=...)``, no tokeniser); a fine-tuned model (:func:`~privasr.anon.ner.train_ner`)
+  tokens (``Doc(vocab, words=...)``, no tokeniser); a fine-tuned model (:func:`~privasr.anon.ner_model.train_ner`)
   has the same architecture and so the same speed;
 * ``patterns``: :class:`~privasr.anon.ner.PatternDetector` (Faker gazetteer minus spaCy's stop words, e-mail,
   URL, phone and spelled-digit patterns);

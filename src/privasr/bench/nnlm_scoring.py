@@ -4,7 +4,7 @@ pass per hypothesis, and against the machine's matmul rate.
 Model: the paper-000 Transformer (embeddings 256, FFN 1024, 3 blocks, 4 heads) with random weights (speed
 does not depend on the weights) over a ~10k-word vocabulary. Data: the first 400 (``--quick``: 60) 10-best
 lists of ``ami-tts-nbest`` test, vocabulary from the AMI train transcripts (at most 10,000 words: 8,726 with
-the specials), when ``../shared/data`` is present; else the synthetic corpus (:mod:`privasr.corpus.synth`)
+the specials), when ``../shared/data`` is present; else the synthetic corpus (:mod:`privasr.synth`)
 with its background-text vocabulary (then smaller than 10k). Runs in fp32 on the CPU with
 ``torch.set_num_threads(os.cpu_count())`` (the scorer's default batch sizes), or on a CUDA device with ``--device
 cuda`` (then forward calls of 4k, 16k and 64k positions are tried, output blocks of 4,096 states, and the
@@ -73,7 +73,7 @@ def load_task(seed: int, quick: bool, lists: int) -> tuple[str, list[list[tuple[
         recs = read_ami_tts(d / "ami-tts-nbest" / "test.jsonl.xz")[:lists]
         return ("ami-tts-nbest test, AMI-train vocabulary", [[h.words for h in nb.hyps[:10]] for nb in recs],
                 ami_sentences("train", d))
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     corpus = generate(SynthConfig.preset("tiny" if quick else "small", seed=seed))
     recs = [*corpus.dev, *corpus.test][:lists]

@@ -44,7 +44,7 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         metrics.update(ami_tts_read_s=t_ours, ami_tts_json_s=t_base, ami_tts_read_vs_json_ratio=t_ours / t_base)
         data = "ami-tts-nbest/test.jsonl.xz"
     else:
-        from privasr.corpus.synth import SynthConfig, generate
+        from privasr.synth import SynthConfig, generate
 
         corpus = generate(SynthConfig.preset("tiny" if quick else "medium", seed=seed))
         records = list(corpus.dev) + list(corpus.test)

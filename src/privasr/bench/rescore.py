@@ -2,7 +2,7 @@
 
 Data: the ``ami-tts-nbest`` test set (1,954 10-best lists) with a 4-gram trained (modified Kneser-Ney) on the
 AMI train transcripts, when ``../shared/data`` is present; else the synthetic corpus
-(:mod:`privasr.corpus.synth`, ``small`` preset, dev + test lists) with a 4-gram on its background text.
+(:mod:`privasr.synth`, ``small`` preset, dev + test lists) with a 4-gram on its background text.
 Both timings cover getting one natural-log LM score for every hypothesis and picking each list's best
 hypothesis under fixed weights (am + LM + word penalty); LM training is not timed.
 
@@ -45,7 +45,7 @@ def load_task(seed: int, quick: bool) -> tuple[str, list[NBest], list[tuple[str,
         if quick:
             recs = recs[:300]
         return "ami-tts-nbest test, AMI-train 4-gram", recs, ami_sentences("train", d)
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     corpus = generate(SynthConfig.preset("tiny" if quick else "small", seed=seed))
     recs = [nb for nb in (*corpus.dev, *corpus.test) if all("am" in h.scores for h in nb.hyps)]

@@ -23,8 +23,8 @@ import numpy as np
 
 from privasr.bench import best_of
 from privasr.corpus.phonetics import Confusions, load_cmudict, phone_distance
-from privasr.corpus.synth import SynthConfig, general_english_unigrams, generate
 from privasr.results import write_results
+from privasr.synth import SynthConfig, general_english_unigrams, generate
 
 __all__ = ["run"]
 

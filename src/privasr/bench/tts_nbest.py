@@ -55,7 +55,7 @@ def _inputs(n: int, seed: int) -> tuple[str, list[Any], Path | None, Path | None
                 break
         return ("ami dev transcripts, generic trigram", recs, d / "ami-tts-nbest" / "lm" / "generic_3gram.arpa.xz",
                 d / "ami-transcripts")
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     corpus = generate(SynthConfig.preset("tiny", seed=seed))
     recs = [Transcript(f"s{i}", tuple(s), speaker=f"spk{i % 4}") for i, s in enumerate(corpus.background[:n])]

@@ -3,8 +3,8 @@
 ``privasr anon run --config configs/anon-ami.yaml --out DIR`` trains and evaluates LMs on anonymised text
 (:mod:`privasr.experiments.anon`); ``privasr anon eval-ner [--data DIR] --out DIR [--model SPEC] [--seed N]``
 evaluates NER on held-out Wikigold and Earnings-21 text, cased and ASR-style, and the anonymisation's leaks
-(:mod:`privasr.anon.ner_eval`); ``privasr anon train-ner [--data DIR] --out MODEL_DIR`` fine-tunes the NER
-(:func:`privasr.anon.ner.train_ner`) on the same training split.
+(:mod:`privasr.experiments.ner_eval`); ``privasr anon train-ner [--data DIR] --out MODEL_DIR`` fine-tunes the NER
+(:func:`privasr.anon.ner_model.train_ner`) on the same training split.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _data(data: Path | None) -> Path:
 
 
 def _train_config(seed: int, epochs: int | None, name_augment: float | None) -> object:
-    from privasr.anon.ner import NerTrainConfig
+    from privasr.anon.ner_model import NerTrainConfig
 
     kw: dict[str, object] = {"seed": seed}
     if epochs is not None:
@@ -63,7 +63,7 @@ def eval_ner(
                                  help="Also evaluate stock, stock+patterns, patterns and finetuned alone."),
 ) -> None:
     """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
-    from privasr.anon.ner_eval import run_eval_ner
+    from privasr.experiments.ner_eval import run_eval_ner
 
     console = Console(stderr=True)
     cfg = _train_config(seed, epochs, name_augment)
@@ -85,7 +85,8 @@ def train_ner_cmd(
     cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
 ) -> None:
     """Fine-tune the NER on the Wikigold and Earnings-21 training split (cased and ASR-style) into --out."""
-    from privasr.anon.ner_eval import cached_model, load_ner_data
+    from privasr.anon.ner_data import load_ner_data
+    from privasr.anon.ner_model import cached_model
 
     d = _data(data)
     console = Console(stderr=True)

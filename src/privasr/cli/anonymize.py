@@ -2,7 +2,7 @@
 
 ``privasr anonymize SRC DST [--mode surrogate|tag|redact] [--entities detect|gold] [--ner SPEC] [--seed N]``
 reads any supported transcript or N-best corpus (format detected, or ``--from``), finds the entities with
-the NER (``--ner``; see :func:`privasr.anon.ner.load_detector`) or takes the corpus's own annotations
+the NER (``--ner``; see :func:`privasr.anon.ner_model.load_detector`) or takes the corpus's own annotations
 (``--entities gold``: CoNLL, Earnings-21), rewrites them (:func:`privasr.anon.apply.anonymize_records`) and
 writes the result in ``--to`` format (canonical JSON Lines by default). The input is never written to. A
 summary with counts only (no words) goes to ``DST.results.json`` (``DST/results.json`` for a folder).
@@ -48,7 +48,7 @@ def anonymize(
     targets = output_targets(datasets, src, dst, to, force)
     detector = None
     if entities == "detect":
-        from privasr.anon.ner import load_detector
+        from privasr.anon.ner_model import load_detector
 
         with Console(stderr=True).status(f"loading the NER ({ner})"):
             detector = load_detector(ner)

@@ -38,7 +38,7 @@ def inspect(
     scored against shared references; every set is listed under "datasets".
     """
     from privasr.corpus.load import load_path
-    from privasr.corpus.stats import combine_stats, dataset_stats
+    from privasr.metrics.summary import combine_stats, dataset_stats
     from privasr.text.normalize import Normalizer
 
     norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
@@ -116,7 +116,7 @@ def synth(
 ) -> None:
     """Generate the seeded synthetic federated ASR corpus (clients, N-best lists, background text)."""
     from privasr.config import parse_overrides
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     config = SynthConfig.preset(preset, seed=seed, **parse_overrides(overrides))
     corpus = generate(config)

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from privasr.corpus.sources import TEXT_SOURCES, load_text
         from privasr.lm.neural.approx import ApproxStats, ModelSource, approximate_ngram, overwrite_ngram
         from privasr.lm.neural.checkpoint import load_checkpoint
-        from privasr.lm.ngram.model import NgramModel
+        from privasr.lm.ngram.arpa import read_arpa, write_arpa
 
         if base is not None and topk:
             raise InputError("--topk with --base", expected="one of them: --base keeps the base n-gram set")
@@ -61,10 +61,10 @@ def register(app: typer.Typer) -> None:
         sents = load_text(text)
         stats = ApproxStats()
         if base is not None:
-            model = overwrite_ngram(source, NgramModel.from_arpa(base), sents, stats=stats)
+            model = overwrite_ngram(source, read_arpa(base), sents, stats=stats)
         else:
             model = approximate_ngram(source, sents, order, topk=topk, stats=stats)
-        model.write_arpa(arpa)
+        write_arpa(model, arpa)
         summary = {"arpa": str(arpa), "order": model.order, "ngrams": list(stats.ngrams),
                    "sentences": stats.sentences, "positions": stats.positions, "topk_added": list(stats.topk_added),
                    "kept_base": stats.kept_base, "neural_s": round(stats.neural_s, 3),

@@ -28,7 +28,7 @@ checked against scikit-learn's own ``predict_proba`` on the training words, and 
 writes them with the hyper-parameters and training summary to one ``.npz`` file that :meth:`ConfidenceModel.load`
 reads with ``allow_pickle=False``. A saved model therefore predicts exactly what the trained one did.
 
->>> from privasr.corpus.synth import SynthConfig, generate
+>>> from privasr.synth import SynthConfig, generate
 >>> corpus = generate(SynthConfig.preset("tiny", seed=1))
 >>> model = ConfidenceModel.fit(corpus.test, seed=0)
 >>> conf = model.predict(corpus.dev[0])

@@ -1,6 +1,6 @@
 """Pronunciations and acoustic confusability of English words.
 
-The synthetic corpus (:mod:`privasr.corpus.synth`) simulates a recogniser's errors by substituting words
+The synthetic corpus (:mod:`privasr.synth`) simulates a recogniser's errors by substituting words
 with words that *sound* alike. This module supplies that notion of "sounds alike":
 
 * :func:`load_cmudict` reads the CMU pronouncing dictionary that ships with ``pocketsphinx``

@@ -12,7 +12,7 @@ lists come from AMI dev and test meetings, so never from the pool or the trainin
 dev lists, WER on the test lists; perplexities are on the test lists' references.
 
 **Privacy transformation (section 2.1).** An entity detector (``ner: {model: finetuned}`` or ``stock``, loaded
-lazily with :func:`privasr.anon.ner.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC
+lazily with :func:`privasr.anon.ner_model.load_detector`; a test injects its own ``detector``) finds PER/ORG/LOC/MISC
 spans on the **cased** raw tokens of every training turn, each meeting one document for the detector's
 document-level passes (spans are cached in ``cache_dir``). Each entity word with a letter
 or digit is then replaced by a placeholder token that survives the ``ami`` normaliser (lower-case, alphabetic,
@@ -525,11 +525,9 @@ def _text_sha(sentences: Sequence[Sequence[str]]) -> str:
 def _load_detector(spec: str) -> tuple[Any, str]:
     """The config's detector and a name for the span cache; ``finetuned`` is resolved to its cached folder, whose
     name holds the key of the training data and config, so a retrained model never reuses stale spans."""
-    from privasr.anon.ner import load_detector
+    from privasr.anon.ner_model import finetuned_model, load_detector
 
     if spec == "finetuned":
-        from privasr.anon.ner_eval import finetuned_model
-
         folder = finetuned_model()
         return load_detector(str(folder)), f"privasr.anon.ner:finetuned:{folder.name}"
     return load_detector(spec), f"privasr.anon.ner:{spec}"
@@ -569,22 +567,22 @@ class _Store:
         self.info: dict[str, Any] = {}
 
     def ngram(self, name: str, key: Mapping[str, Any], build: Any) -> Any:
-        from privasr.lm.ngram.model import NgramModel
+        from privasr.lm.ngram.arpa import read_arpa, write_arpa
 
         t0 = time.perf_counter()
         full = {**key, "version": __version__}
         path = self.cache / f"{name}-{_sha(full)}.arpa" if self.cache is not None else None
         if path is not None and path.is_file():
-            lm = NgramModel.from_arpa(path)
+            lm = read_arpa(path)
             self.info[name] = {"cached": True, "arpa": str(path)}
         else:
             lm = build()
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(".tmp")
-                lm.write_arpa(tmp)
+                write_arpa(lm, tmp)
                 tmp.replace(path)
-                lm = NgramModel.from_arpa(path)
+                lm = read_arpa(path)
             self.info[name] = {"cached": False, "arpa": str(path) if path else None}
         self.info[name].update(seconds=time.perf_counter() - t0,
                                ngrams=[int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)])
@@ -1132,6 +1130,7 @@ def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[st
     returned info; the others become unknown words to the decoder). Returns each file's path and n-gram counts.
     """
     from privasr.lm.mix import merge_ngrams
+    from privasr.lm.ngram.arpa import write_arpa
 
     dest.mkdir(parents=True, exist_ok=True)
 
@@ -1146,7 +1145,7 @@ def export_first_pass_arpa(dest: Path, lms: Mapping[str, Any], bases: Mapping[st
     info: dict[str, Any] = {}
     for name, lm in models.items():
         path = dest / f"{name}.arpa"
-        lm.write_arpa(path)
+        write_arpa(lm, path)
         info[name] = {"path": str(path), "ngrams": [int(lm.num_ngrams(n)) for n in range(1, lm.order + 1)]}
     info["m2_anon"]["top_members"] = k_anon
     info["mix_wc_m3"].update(weights=list(mix_weights), m2_top_members=k_fma)

@@ -156,7 +156,7 @@ def _fedlm(out: Path, seed: int) -> dict[str, Any] | None:
 def _anon(out: Path, seed: int) -> dict[str, Any]:
     """Anonymisation (paper 003) of the synthetic clients' reference transcripts into ``out/anon``.
 
-    The detector is stock spaCy + patterns (:func:`privasr.anon.ner.load_detector`; patterns alone without
+    The detector is stock spaCy + patterns (:func:`privasr.anon.ner_model.load_detector`; patterns alone without
     the ``ner`` extra), run on the lower-case, punctuation-free references with clients as documents. It is
     scored against the corpus's gold personal-entity spans (exact-span P/R, token recall, leak rate of
     surrogate anonymisation), the dev and test transcripts are written anonymised (surrogates and class
@@ -164,8 +164,8 @@ def _anon(out: Path, seed: int) -> dict[str, Any]:
     references (``<unk>`` included, so the vocabularies' different coverage counts).
     """
     from privasr.anon.apply import anonymize_records
-    from privasr.anon.ner import load_detector
-    from privasr.anon.ner_eval import leak_counts, span_prf, token_recall
+    from privasr.anon.ner_metrics import leak_counts, span_prf, token_recall
+    from privasr.anon.ner_model import load_detector
     from privasr.anon.transform import Anonymizer, EntitySpan, map_label
     from privasr.corpus.formats.nbest_jsonl import read_transcripts, write_transcripts
     from privasr.errors import ConfigError
@@ -278,7 +278,7 @@ def _read_corpus(corpus: Path) -> tuple[list[NBest], list[NBest], dict[str, Any]
     """The dev and test N-best lists read back from ``corpus`` (the demo exercises the same readers a user's
     data goes through) and their statistics."""
     from privasr.corpus.formats.nbest_jsonl import read_nbest
-    from privasr.corpus.stats import nbest_stats
+    from privasr.metrics.summary import nbest_stats
 
     dev = read_nbest(corpus / "nbest" / "dev.jsonl")
     test = read_nbest(corpus / "nbest" / "test.jsonl")
@@ -505,7 +505,7 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
     federated NNLM fine-tuning, federated transfer learning, anonymisation; then the federated views, the
     metrics and the report.
     """
-    from privasr.corpus.synth import SynthConfig, generate
+    from privasr.synth import SynthConfig, generate
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from privasr.errors import ConfigError
+from privasr.federated.backends.local import LocalBackend
 from privasr.federated.core import ClientTask, FederatedError, SumAccumulator, client_seed
 from privasr.federated.tree import load_tree, save_tree
 
@@ -179,30 +180,16 @@ def run_federated(
         on_round: called with each round's :class:`RoundLog` and the new server state, before the round's
             checkpoint is written (metrics it adds to the entry are kept in it).
     """
-    from privasr.federated.backends import make_backend
-
     check_run_arguments(clients, rounds, min_clients, client_timeout)
-    backend = backend if backend is not None else make_backend("local")
+    backend = backend if backend is not None else LocalBackend()
     n = len(clients)
     run_key = _run_key(algorithm, n, sampler, seed, privacy, key)
     ckpt = Path(checkpoint_dir) / CHECKPOINT_NAME if checkpoint_dir is not None else None
 
-    start = 0
-    history: list[RoundLog] = []
-    client_states: dict[int, Any] = {}
     if resume and ckpt is not None and ckpt.is_file():
-        saved = load_tree(ckpt)
-        if saved.get("run_key") != run_key:
-            raise FederatedError(f"the checkpoint {ckpt} belongs to another run (different algorithm settings, "
-                                 "clients, sampler, seed, privacy or data); use another --out or remove it")
-        start = int(saved["round"])
-        state = saved["state"]
-        client_states = {int(k): v for k, v in saved["client_states"].items()}
-        history = [RoundLog(**h) for h in saved["history"]]
-        if privacy is not None:
-            privacy.accountant.load_state_dict(saved["accountant"])
-        log.info("resuming at round %d from %s", start, ckpt)
+        start, state, client_states, history = _load_checkpoint(ckpt, run_key, privacy)
     else:
+        start, client_states, history = 0, {}, []
         state = algorithm.init(np.random.default_rng([seed, 0, 3]))
 
     for r in range(start, rounds):
@@ -211,21 +198,8 @@ def run_federated(
         picked = np.asarray(sampler.sample(n, r, seed), dtype=np.int64)
         tasks = [ClientTask(slot, int(i), clients[int(i)], client_states.get(int(i)), client_seed(seed, r, int(i), slot))
                  for slot, i in enumerate(picked)]
-        acc = None
-        dropped: dict[str, str] = {}
-        reported = 0
-        new_states: dict[int, tuple[int, Any]] = {}
-        client_s = 0.0
-        for out in backend.run(algorithm, payload, tasks, client_timeout):
-            client_s += out.seconds
-            if not out.ok:
-                dropped[f"{out.slot}:{out.index}"] = out.error or "no update"
-                log.warning("round %d: client %d (slot %d) dropped: %s", r, out.index, out.slot, out.error)
-                continue
-            acc = algorithm.accumulate(acc, out.update)
-            reported += 1
-            if out.index not in new_states or out.slot < new_states[out.index][0]:
-                new_states[out.index] = (out.slot, out.state)
+        acc, reported, dropped, new_states, client_s = _gather(
+            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
         if reported < min_clients:
             raise FederatedError(f"round {r}: only {reported} of {len(tasks)} sampled clients reported "
                                  f"(min_clients={min_clients}); dropped: {dropped}")
@@ -233,13 +207,7 @@ def run_federated(
             client_states[i] = s
         metrics: dict[str, Any] = {}
         if privacy is not None:
-            if not isinstance(acc, SumAccumulator):
-                raise FederatedError(f"{type(algorithm).__name__} does not accumulate into a SumAccumulator; "
-                                     "differential privacy needs one to add noise to")
-            acc = acc.add_noise(privacy.mechanism, np.random.default_rng([seed, r, 2]))
-            _account(privacy, sampler, n, len(tasks), r)
-            metrics["epsilon"] = float(privacy.accountant.epsilon())
-            metrics["delta"] = float(privacy.accountant.target_delta)
+            acc, metrics = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r)
         state, m = algorithm.server_update(state, acc, r, np.random.default_rng([seed, r, 4]))
         metrics = {**dict(m or {}), **metrics}
         entry = RoundLog(r, len(tasks), reported, dropped, metrics, time.perf_counter() - t0, client_s)
@@ -247,11 +215,73 @@ def run_federated(
         if on_round is not None:  # before the checkpoint, so that metrics it adds to the entry are kept
             on_round(entry, state)
         if ckpt is not None:
-            save_tree(ckpt, {"run_key": run_key, "round": r + 1, "state": state,
-                             "client_states": {int(k): v for k, v in client_states.items()},
-                             "history": [h.to_dict() for h in history],
-                             "accountant": privacy.accountant.state_dict() if privacy is not None else None})
+            _save_checkpoint(ckpt, run_key, r + 1, state, client_states, history, privacy)
     return FederatedResult(state, client_states, history, start)
+
+
+def _load_checkpoint(ckpt: Path, run_key: str, privacy: PrivacySettings | None
+                     ) -> tuple[int, Any, dict[int, Any], list[RoundLog]]:
+    """The round to continue at, the server state, the client states and the history saved in ``ckpt`` (the
+    accountant's state is loaded into ``privacy``); a checkpoint of another run is refused."""
+    saved = load_tree(ckpt)
+    if saved.get("run_key") != run_key:
+        raise FederatedError(f"the checkpoint {ckpt} belongs to another run (different algorithm settings, "
+                             "clients, sampler, seed, privacy or data); use another --out or remove it")
+    start = int(saved["round"])
+    state = saved["state"]
+    client_states = {int(k): v for k, v in saved["client_states"].items()}
+    history = [RoundLog(**h) for h in saved["history"]]
+    if privacy is not None:
+        privacy.accountant.load_state_dict(saved["accountant"])
+    log.info("resuming at round %d from %s", start, ckpt)
+    return start, state, client_states, history
+
+
+def _gather(algorithm: Any, outcomes: Iterable[Any], r: int
+            ) -> tuple[Any, int, dict[str, str], dict[int, tuple[int, Any]], float]:
+    """Fold round ``r``'s successful updates into the accumulator as they arrive and log the dropped clients.
+
+    Returns the accumulator, the number of clients that reported, the dropped ones (``"slot:index"`` -> why),
+    each reporting client's new state with the slot it came from (the first slot of a client drawn twice) and
+    the clients' summed seconds.
+    """
+    acc = None
+    dropped: dict[str, str] = {}
+    reported = 0
+    new_states: dict[int, tuple[int, Any]] = {}
+    client_s = 0.0
+    for out in outcomes:
+        client_s += out.seconds
+        if not out.ok:
+            dropped[f"{out.slot}:{out.index}"] = out.error or "no update"
+            log.warning("round %d: client %d (slot %d) dropped: %s", r, out.index, out.slot, out.error)
+            continue
+        acc = algorithm.accumulate(acc, out.update)
+        reported += 1
+        if out.index not in new_states or out.slot < new_states[out.index][0]:
+            new_states[out.index] = (out.slot, out.state)
+    return acc, reported, dropped, new_states, client_s
+
+
+def _privatise(acc: Any, algorithm: Any, privacy: PrivacySettings, sampler: Any, population: int, sample_size: int,
+               seed: int, r: int) -> tuple[SumAccumulator, dict[str, Any]]:
+    """Round ``r``'s accumulated sum with the mechanism's noise (added once), the accountant stepped, and the
+    metrics ``epsilon`` and ``delta`` spent so far."""
+    if not isinstance(acc, SumAccumulator):
+        raise FederatedError(f"{type(algorithm).__name__} does not accumulate into a SumAccumulator; "
+                             "differential privacy needs one to add noise to")
+    acc = acc.add_noise(privacy.mechanism, np.random.default_rng([seed, r, 2]))
+    _account(privacy, sampler, population, sample_size, r)
+    return acc, {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta)}
+
+
+def _save_checkpoint(ckpt: Path, run_key: str, rounds_done: int, state: Any, client_states: Mapping[int, Any],
+                     history: Sequence[RoundLog], privacy: PrivacySettings | None) -> None:
+    """Write everything needed to continue after ``rounds_done`` rounds to ``ckpt`` (atomic)."""
+    save_tree(ckpt, {"run_key": run_key, "round": rounds_done, "state": state,
+                     "client_states": {int(k): v for k, v in client_states.items()},
+                     "history": [h.to_dict() for h in history],
+                     "accountant": privacy.accountant.state_dict() if privacy is not None else None})
 
 
 def _account(privacy: PrivacySettings, sampler: Any, population: int, sample_size: int, r: int) -> None:

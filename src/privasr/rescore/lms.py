@@ -239,13 +239,13 @@ def _train_kwargs(prune: Any) -> dict[str, Any]:
 
 def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> tuple[LanguageModel, dict[str, Any]]:
     """Load or train one LM; a trained LM is cached as ``cache_dir/NAME.arpa`` with ``NAME.json`` (its key)."""
-    from privasr.lm.ngram.model import NgramModel
+    from privasr.lm.ngram.arpa import read_arpa, write_arpa
 
     if spec.neural is not None:
         return _build_neural(spec, cache_dir, data)
     t0 = time.perf_counter()
     if spec.arpa is not None:
-        lm = NgramModel.from_arpa(spec.arpa)
+        lm = read_arpa(spec.arpa)
         info: dict[str, Any] = {"arpa": str(spec.arpa), "load_s": time.perf_counter() - t0}
     else:
         from privasr.corpus.sources import load_text
@@ -269,7 +269,7 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
                 same = False
             if same:
                 t1 = time.perf_counter()
-                lm = NgramModel.from_arpa(arpa)
+                lm = read_arpa(arpa)
                 info.update(cached=True, arpa=str(arpa), load_s=time.perf_counter() - t1)
         if lm is None:
             from privasr.lm.ngram.mkn import train_mkn
@@ -282,8 +282,8 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
                 # (which reuses the file) use exactly the same probabilities
                 t1 = time.perf_counter()
                 arpa.parent.mkdir(parents=True, exist_ok=True)
-                trained.write_arpa(arpa)
-                lm = NgramModel.from_arpa(arpa)
+                write_arpa(trained, arpa)
+                lm = read_arpa(arpa)
                 meta.write_text(json.dumps(key, indent=1) + "\n", encoding="utf-8")
                 info.update(arpa=str(arpa), write_read_s=time.perf_counter() - t1)
             else:

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from privasr.errors import ConfigError  # noqa: E402
-from privasr.federated.backends import ClientVanished, make_backend  # noqa: E402
+from privasr.federated.backends import make_backend  # noqa: E402
 from privasr.federated.backends.flower import (  # noqa: E402
     GridBackend,
     _dump,
@@ -29,6 +29,7 @@ from privasr.federated.backends.flower import (  # noqa: E402
     run_flower,
     unpack_tree,
 )
+from privasr.federated.backends.local import ClientVanished  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import PrivacySettings, run_federated  # noqa: E402
 from privasr.federated.sampling import AllClients, UniformWithReplacement  # noqa: E402

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from privasr.federated.backends import ClientVanished, make_backend
-from privasr.federated.backends.local import LocalBackend, describe_failure
+from privasr.federated.backends import make_backend
+from privasr.federated.backends.local import ClientVanished, LocalBackend, describe_failure
 from privasr.federated.core import ClientTask, FederatedError, SumAccumulator, Update, client_seed
 from privasr.federated.loop import run_federated
 from privasr.federated.sampling import AllClients, UniformWithReplacement

@@ -60,7 +60,7 @@ class Moody:
         return None
 
     def client_update(self, payload, client, client_state, rng):
-        from privasr.federated.backends import ClientVanished
+        from privasr.federated.backends.local import ClientVanished
 
         if client == "raise":
             raise ValueError("bad data\nsecond line")

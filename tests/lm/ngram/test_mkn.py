@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from privasr.errors import InputError
-from privasr.lm.ngram.arpa import read_arpa
+from privasr.lm.ngram.arpa import read_arpa, write_arpa
 from privasr.lm.ngram.counts import count_ngrams, tokenize_line
 from privasr.lm.ngram.mkn import DiscountError, estimate_mkn, kenlm_discounts, prune_thresholds, train_mkn
 from privasr.lm.ngram.model import NgramModel
@@ -141,7 +141,7 @@ def test_discount_formula() -> None:
 
 def test_arpa_round_trip_of_trained_model(tmp_path: Path) -> None:
     m = train_mkn(markov_corpus(seed=3), 4)
-    m.write_arpa(tmp_path / "m.arpa.gz")
+    write_arpa(m, tmp_path / "m.arpa.gz")
     back = read_arpa(tmp_path / "m.arpa.gz")
     sents = markov_corpus(50, seed=9)
     a = m.score_batch(sents)

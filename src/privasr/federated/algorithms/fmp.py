@@ -574,14 +574,6 @@ def adapted_scores(utt: FmpUtterance, factors: np.ndarray) -> np.ndarray:
     return utt.base + utt.bias_weight * per_hyp
 
 
-def _lookup(ids: np.ndarray, values: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """``values`` at ``query`` for the sparse vector (sorted unique ``ids``, ``values``); 0 where absent."""
-    if ids.size == 0 or query.size == 0:
-        return np.zeros(query.shape, dtype=np.float64)
-    pos = np.minimum(np.searchsorted(ids, query), ids.size - 1)
-    return np.where(ids[pos] == query, values[pos], 0.0)
-
-
 def _lookup(ids: np.ndarray, vals: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Values of a sparse vector (sorted unique ``ids``) at ``query`` (0 where absent).
 

@@ -14,13 +14,9 @@ from typing import Any
 
 from privasr.errors import ConfigError
 
-__all__ = ["ClientVanished", "make_backend", "run_on", "BACKENDS"]
+__all__ = ["make_backend", "run_on", "BACKENDS"]
 
 BACKENDS = ("local", "ray", "flower")
-
-
-class ClientVanished(Exception):
-    """Raised (in simulation) by a client that disappears mid-round, like a device that went offline."""
 
 
 def make_backend(name: str | None = None, **options: Any) -> Any:

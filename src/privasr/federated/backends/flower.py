@@ -758,23 +758,9 @@ def run_flower(
     Returns:
         A :class:`~privasr.federated.loop.FederatedResult` like :func:`~privasr.federated.loop.run_federated`'s.
     """
-    if mode not in FLOWER_MODES:
-        raise ConfigError(f"mode={mode!r}", expected=f"one of {', '.join(FLOWER_MODES)}")
-    check_run_arguments(clients, rounds, min_clients, client_timeout)
-    if mode == "deployment" and on_round is not None:
-        raise ConfigError("on_round is not supported in deployment mode (the ServerApp runs in another process)")
-    if mode == "deployment" and backend_config is not None:
-        raise ConfigError("backend_config configures the simulation engine", expected='mode="simulation"')
-    if node_state_dir is not None and checkpoint_dir is None:
-        raise ConfigError("node_state_dir is where nodes keep states for a resumed run", expected="checkpoint_dir")
-    ckpt = nodes_dir = None
-    if checkpoint_dir is not None:  # absolute and created here: in deployment the ServerApp runs elsewhere
-        ckpt = Path(checkpoint_dir).expanduser().resolve()
-        nodes_dir = Path(node_state_dir).expanduser().resolve() if node_state_dir is not None else ckpt / "nodes"
-        if any(c in str(nodes_dir) for c in "'\n\r"):
-            raise ConfigError(f"node_state_dir={str(nodes_dir)!r}", expected="a path without quotes or newlines")
-        ckpt.mkdir(parents=True, exist_ok=True)
-        nodes_dir.mkdir(parents=True, exist_ok=True)
+    _check_flower_arguments(clients, rounds, min_clients, client_timeout, checkpoint_dir, node_state_dir,
+                            mode, on_round, backend_config)
+    ckpt, nodes_dir = _state_dirs(checkpoint_dir, node_state_dir)
     _flwr()
     from privasr.federated.backends.ray import ship_by_value
 
@@ -794,6 +780,36 @@ def run_flower(
         return _run_deployment(spec, clients, nodes_dir, run_timeout=run_timeout, keep_workdir=keep_workdir)
     finally:
         flwr_logger.setLevel(level)
+
+
+def _check_flower_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any,
+                            checkpoint_dir: Any, node_state_dir: Any, mode: str, on_round: Any,
+                            backend_config: Any) -> None:
+    """The checks :func:`run_flower` makes before starting anything."""
+    if mode not in FLOWER_MODES:
+        raise ConfigError(f"mode={mode!r}", expected=f"one of {', '.join(FLOWER_MODES)}")
+    check_run_arguments(clients, rounds, min_clients, client_timeout)
+    if mode == "deployment" and on_round is not None:
+        raise ConfigError("on_round is not supported in deployment mode (the ServerApp runs in another process)")
+    if mode == "deployment" and backend_config is not None:
+        raise ConfigError("backend_config configures the simulation engine", expected='mode="simulation"')
+    if node_state_dir is not None and checkpoint_dir is None:
+        raise ConfigError("node_state_dir is where nodes keep states for a resumed run", expected="checkpoint_dir")
+
+
+def _state_dirs(checkpoint_dir: str | os.PathLike[str] | None, node_state_dir: str | os.PathLike[str] | None
+                ) -> tuple[Path | None, Path | None]:
+    """The checkpoint folder and the folder of the nodes' states (default ``checkpoint_dir/nodes``), absolute and
+    created here (in deployment the ServerApp runs elsewhere); both ``None`` without ``checkpoint_dir``."""
+    if checkpoint_dir is None:
+        return None, None
+    ckpt = Path(checkpoint_dir).expanduser().resolve()
+    nodes_dir = Path(node_state_dir).expanduser().resolve() if node_state_dir is not None else ckpt / "nodes"
+    if any(c in str(nodes_dir) for c in "'\n\r"):
+        raise ConfigError(f"node_state_dir={str(nodes_dir)!r}", expected="a path without quotes or newlines")
+    ckpt.mkdir(parents=True, exist_ok=True)
+    nodes_dir.mkdir(parents=True, exist_ok=True)
+    return ckpt, nodes_dir
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -1010,71 +1026,21 @@ def _run_status(env: dict[str, str], run_id: str) -> str:
 
 def _run_deployment(spec: _ServerSpec, clients: list[Any], nodes_dir: Path | None, *, run_timeout: float | None,
                     keep_workdir: bool) -> FederatedResult:
-    n = len(clients)
-    work = Path(tempfile.mkdtemp(prefix="privasr-flower-"))
-    home, app, logs = work / "home", work / "app", work / "logs"
-    pkg = app / "privasr_flower_app"
-    for d in (home, pkg, logs):
-        d.mkdir(parents=True)
-    data_path, spec_path, result_path = work / "clients.pkl", work / "server.pkl", work / "result.pkl"
-    _dump(data_path, (spec.algorithm, clients))
-    _dump(spec_path, spec)
-    (app / "pyproject.toml").write_text(_PYPROJECT)
-    (pkg / "__init__.py").write_text('"""A privasr federated run (generated)."""\n')
-    (pkg / "server_app.py").write_text("from privasr.federated.backends.flower import deployment_server_app\n\n"
-                                       f"app = deployment_server_app({str(spec_path)!r}, {str(result_path)!r})\n")
-    (pkg / "client_app.py").write_text("from privasr.federated.backends.flower import make_client_app\n\n"
-                                       f"app = make_client_app({str(data_path)!r})\n")
+    """Run on loopback: write the app and the pickles to a temporary folder, start a SuperLink and one SuperNode
+    per client, ``flwr run`` the app, wait for the ServerApp's outcome and clean up (keeping the logs of a run
+    that failed in Flower)."""
+    wd = _write_app(Path(tempfile.mkdtemp(prefix="privasr-flower-")), spec, clients)
     link_port = _free_port()
-    (home / "config.toml").write_text(_FLWR_CONFIG.format(port=link_port))
-    env = dict(os.environ)
-
-    def path_list(first: list[str], var: str) -> str:
-        return os.pathsep.join(first + ([env[var]] if env.get(var) else []))
-
-    env.update({"FLWR_HOME": str(home),
-                "FLWR_TELEMETRY_ENABLED": env.get("FLWR_TELEMETRY_ENABLED", "0"),
-                "RAY_USAGE_STATS_ENABLED": env.get("RAY_USAGE_STATS_ENABLED", "0"),
-                "PATH": path_list([str(Path(sys.executable).parent)], "PATH"),  # the SuperLink runs flower-superexec
-                "PYTHONPATH": path_list([p for p in sys.path if p], "PYTHONPATH")})  # the same privasr everywhere
-    procs = _Processes(env, logs)
+    (wd.home / "config.toml").write_text(_FLWR_CONFIG.format(port=link_port))
+    env = _deployment_env(wd.home)
+    procs = _Processes(env, wd.logs)
     clean = False  # remove the whole folder at the end (else only the pickles, keeping the logs)
     try:
-        procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                                  "--host", "127.0.0.1", "--port", str(link_port)])
-        _wait_port(link_port, procs, 60.0)
-        for i in range(n):
-            # each SuperNode is told its own state folder, as a device would be configured with its own disk
-            node_config = f"partition-id={i} num-partitions={n}"
-            if nodes_dir is not None:
-                node_config += f" {STATE_DIR_KEY}='{nodes_dir}'"
-            procs.start(f"supernode-{i}", [_tool("flower-supernode"), "--insecure",
-                                           "--superlink", f"127.0.0.1:{link_port}",
-                                           "--host", "127.0.0.1", "--port", str(_free_port()),
-                                           "--node-config", node_config])
-        started = subprocess.run([_tool("flwr"), "run", str(app), "privasr", "--format", "json"], env=env,
-                                 capture_output=True, text=True, timeout=120)
-        try:
-            run_id = str(json.loads(started.stdout)["run-id"])
-        except (ValueError, KeyError, TypeError):
-            raise FederatedError(f"flwr run failed (status {started.returncode}):\n{started.stdout[-2000:]}\n"
-                                 f"{started.stderr[-2000:]}") from None
-        log.info("flower deployment run %s started (work folder %s)", run_id, work)
-        t0 = time.monotonic()
-        next_status = t0 + 10.0
-        while not result_path.exists():
-            procs.check()
-            now = time.monotonic()
-            if run_timeout is not None and now - t0 > run_timeout:
-                raise FederatedError(f"the Flower run took longer than {run_timeout:g} s (logs in {logs})")
-            if now >= next_status:
-                status = _run_status(env, run_id)
-                if status.startswith("finished") and not result_path.exists():
-                    raise FederatedError(f"the Flower run ended ({status}) without a result:\n"
-                                         f"{_tail(logs / 'superlink.log', 30)}")
-                next_status = time.monotonic() + 10.0
-            time.sleep(0.1)
-        with open(result_path, "rb") as f:
+        _start_federation(procs, link_port, len(clients), nodes_dir)
+        run_id = _flwr_run(wd.app, env)
+        log.info("flower deployment run %s started (work folder %s)", run_id, wd.work)
+        _wait_for_result(wd, procs, env, run_id, run_timeout)
+        with open(wd.result, "rb") as f:
             outcome = pickle.load(f)  # noqa: S301 - written by our own ServerApp
         if not outcome["ok"]:
             if outcome["federated"]:
@@ -1090,8 +1056,102 @@ def _run_deployment(spec: _ServerSpec, clients: list[Any], nodes_dir: Path | Non
         if keep_workdir:
             pass
         elif clean:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(wd.work, ignore_errors=True)
         else:  # keep the logs for the error, not the copies of the clients' data
-            for p in (data_path, spec_path, result_path):
+            for p in (wd.data, wd.spec, wd.result):
                 p.unlink(missing_ok=True)
-            log.warning("the flower deployment failed; its logs are in %s", logs)
+            log.warning("the flower deployment failed; its logs are in %s", wd.logs)
+
+
+@dataclass(frozen=True)
+class _Workdir:
+    """The temporary folder of a deployment run: Flower's home, the app, the logs and the pickles."""
+
+    work: Path
+    home: Path
+    app: Path
+    logs: Path
+    data: Path
+    spec: Path
+    result: Path
+
+
+def _write_app(work: Path, spec: _ServerSpec, clients: list[Any]) -> _Workdir:
+    """Write the pickled clients and server spec and the Flower app (pyproject, ServerApp and ClientApp modules
+    that load them) under ``work``."""
+    wd = _Workdir(work, work / "home", work / "app", work / "logs", work / "clients.pkl", work / "server.pkl",
+                  work / "result.pkl")
+    pkg = wd.app / "privasr_flower_app"
+    for d in (wd.home, pkg, wd.logs):
+        d.mkdir(parents=True)
+    _dump(wd.data, (spec.algorithm, clients))
+    _dump(wd.spec, spec)
+    (wd.app / "pyproject.toml").write_text(_PYPROJECT)
+    (pkg / "__init__.py").write_text('"""A privasr federated run (generated)."""\n')
+    (pkg / "server_app.py").write_text("from privasr.federated.backends.flower import deployment_server_app\n\n"
+                                       f"app = deployment_server_app({str(wd.spec)!r}, {str(wd.result)!r})\n")
+    (pkg / "client_app.py").write_text("from privasr.federated.backends.flower import make_client_app\n\n"
+                                       f"app = make_client_app({str(wd.data)!r})\n")
+    return wd
+
+
+def _deployment_env(home: Path) -> dict[str, str]:
+    """The environment of Flower's processes: this Python's tools and privasr first, telemetry off."""
+    env = dict(os.environ)
+
+    def path_list(first: list[str], var: str) -> str:
+        return os.pathsep.join(first + ([env[var]] if env.get(var) else []))
+
+    env.update({"FLWR_HOME": str(home),
+                "FLWR_TELEMETRY_ENABLED": env.get("FLWR_TELEMETRY_ENABLED", "0"),
+                "RAY_USAGE_STATS_ENABLED": env.get("RAY_USAGE_STATS_ENABLED", "0"),
+                "PATH": path_list([str(Path(sys.executable).parent)], "PATH"),  # the SuperLink runs flower-superexec
+                "PYTHONPATH": path_list([p for p in sys.path if p], "PYTHONPATH")})  # the same privasr everywhere
+    return env
+
+
+def _start_federation(procs: _Processes, link_port: int, n: int, nodes_dir: Path | None) -> None:
+    """Start the SuperLink on ``link_port`` and, once it listens, ``n`` SuperNodes."""
+    procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                              "--host", "127.0.0.1", "--port", str(link_port)])
+    _wait_port(link_port, procs, 60.0)
+    for i in range(n):
+        # each SuperNode is told its own state folder, as a device would be configured with its own disk
+        node_config = f"partition-id={i} num-partitions={n}"
+        if nodes_dir is not None:
+            node_config += f" {STATE_DIR_KEY}='{nodes_dir}'"
+        procs.start(f"supernode-{i}", [_tool("flower-supernode"), "--insecure",
+                                       "--superlink", f"127.0.0.1:{link_port}",
+                                       "--host", "127.0.0.1", "--port", str(_free_port()),
+                                       "--node-config", node_config])
+
+
+def _flwr_run(app: Path, env: dict[str, str]) -> str:
+    """``flwr run`` the app on the local SuperLink; its run id."""
+    started = subprocess.run([_tool("flwr"), "run", str(app), "privasr", "--format", "json"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    try:
+        return str(json.loads(started.stdout)["run-id"])
+    except (ValueError, KeyError, TypeError):
+        raise FederatedError(f"flwr run failed (status {started.returncode}):\n{started.stdout[-2000:]}\n"
+                             f"{started.stderr[-2000:]}") from None
+
+
+def _wait_for_result(wd: _Workdir, procs: _Processes, env: dict[str, str], run_id: str,
+                     run_timeout: float | None) -> None:
+    """Wait until the ServerApp has written its outcome; fail when a process dies, the run takes longer than
+    ``run_timeout`` or the SuperLink says it finished without one (asked every 10 s)."""
+    t0 = time.monotonic()
+    next_status = t0 + 10.0
+    while not wd.result.exists():
+        procs.check()
+        now = time.monotonic()
+        if run_timeout is not None and now - t0 > run_timeout:
+            raise FederatedError(f"the Flower run took longer than {run_timeout:g} s (logs in {wd.logs})")
+        if now >= next_status:
+            status = _run_status(env, run_id)
+            if status.startswith("finished") and not wd.result.exists():
+                raise FederatedError(f"the Flower run ended ({status}) without a result:\n"
+                                     f"{_tail(wd.logs / 'superlink.log', 30)}")
+            next_status = time.monotonic() + 10.0
+        time.sleep(0.1)

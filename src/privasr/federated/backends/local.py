@@ -2,7 +2,7 @@
 
 A client that raises is reported as failed with the exception's message; one that takes longer than the
 round's ``timeout`` is dropped after it returns (a sequential backend cannot interrupt it); a client that
-raises :class:`~privasr.federated.backends.ClientVanished` is treated as a device that went away.
+raises :class:`ClientVanished` is treated as a device that went away.
 
 >>> import numpy as np
 >>> from privasr.federated.core import ClientTask, Update
@@ -22,7 +22,11 @@ from typing import Any
 
 from privasr.federated.core import ClientOutcome, ClientTask, run_client
 
-__all__ = ["LocalBackend", "describe_failure"]
+__all__ = ["LocalBackend", "ClientVanished", "describe_failure"]
+
+
+class ClientVanished(Exception):
+    """Raised (in simulation) by a client that disappears mid-round, like a device that went offline."""
 
 
 def describe_failure(e: BaseException, *, with_message: bool = True) -> str:
@@ -34,8 +38,6 @@ def describe_failure(e: BaseException, *, with_message: bool = True) -> str:
     >>> describe_failure(ValueError("bad word 'secret'")), describe_failure(ValueError("x"), with_message=False)
     ("raised ValueError: bad word 'secret'", 'raised ValueError')
     """
-    from privasr.federated.backends import ClientVanished
-
     if isinstance(e, ClientVanished):
         return f"vanished: {e}" if str(e) and with_message else "vanished"
     msg = str(e).splitlines()[0] if str(e) and with_message else ""

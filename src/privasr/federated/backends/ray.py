@@ -12,7 +12,7 @@ order, while sampling, every client's update and every client's state are identi
 client and slot: :func:`~privasr.federated.core.client_seed`).
 
 Failures are reported like the ``local`` backend's: a client that raises is ``"raised Type: message"``; one
-that raises :class:`~privasr.federated.backends.ClientVanished`, or whose actor dies, is ``"vanished ..."``
+that raises :class:`~privasr.federated.backends.local.ClientVanished`, or whose actor dies, is ``"vanished ..."``
 (a dead actor is replaced); one still running ``timeout`` seconds after it started is ``"timed out ..."``, and
 its actor is killed (Ray cannot interrupt a running actor task) and replaced.
 

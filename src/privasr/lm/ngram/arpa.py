@@ -48,9 +48,10 @@ ngram 2=1
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -58,23 +59,12 @@ from privasr.corpus.textio import PathLike, iter_lines, open_write_text
 from privasr.errors import InputError
 from privasr.lm.ngram.model import NgramModel, StructureError
 
-__all__ = ["read_arpa", "write_arpa", "format_log10", "arpa_counts"]
+__all__ = ["read_arpa", "write_arpa", "arpa_counts"]
 
 _NGRAM_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)$")
 _SECTION = re.compile(r"^\\(\d+)-grams:$")
 _LOG0 = -99.0
 _CHUNK = 100_000
-
-
-def format_log10(x: float, digits: int = 9) -> str:
-    """An ARPA number: ``digits`` significant digits, ``-99`` for ``-inf``, never ``-0``.
-
-    >>> format_log10(-0.0), format_log10(float("-inf")), format_log10(-1.23456789012)
-    ('0', '-99', '-1.23456789')
-    """
-    if x == -math.inf:
-        return "-99"
-    return format(x + 0.0, f".{digits}g")
 
 
 def write_arpa(model: NgramModel, path: PathLike, *, digits: int = 9) -> None:
@@ -145,129 +135,151 @@ def read_arpa(path: PathLike) -> NgramModel:
 
 
 def _read(path: PathLike, lines: Iterable[tuple[int, str]]) -> NgramModel:
-    counts: list[int] = []
-    state = "start"  # start, header, section, end
-    n = 0  # current section order
-    vocab: dict[str, int] = {}
-    ids_flat: list[list[int]] = []
-    probs: list[list[float]] = []
-    bows: list[list[float]] = []
-    linenos: list[list[int]] = []
-    last = 0
-    order = 0
-    for lineno, raw in lines:
-        last = lineno
+    it = iter(lines)
+    counts, lineno, line = _read_header(path, it)
+    vocab, ids_flat, probs, bows, linenos = _read_sections(path, counts, lineno, line, it)
+    for lineno, raw in it:
         line = raw.strip()
-        if state == "start":
-            if not line:
-                continue
-            if line != "\\data\\":
-                raise InputError(f"the file starts with {line[:40]!r}", path=path, line=lineno,
-                                 expected="'\\data\\' (an ARPA file)")
-            state = "header"
-            continue
-        if state == "header":
-            if not line:
-                continue
-            m = _NGRAM_LINE.match(line)
-            if m:
-                k, c = int(m.group(1)), int(m.group(2))
-                if k != len(counts) + 1:
-                    raise InputError(f"header line for order {k} after {len(counts)} order(s)", path=path,
-                                     line=lineno, expected=f"'ngram {len(counts) + 1}=<count>'")
-                counts.append(c)
-                continue
-            if not counts:
-                raise InputError(f"unexpected header line {line[:40]!r}", path=path, line=lineno,
-                                 expected="'ngram 1=<count>'")
-            order = len(counts)
-            if counts[0] == 0:
-                raise InputError("the header announces no unigrams", path=path, line=lineno,
-                                 expected="ngram 1=<count> with count >= 1")
-            state = "section"
-            n = 0
-            # fall through: this line must open section 1
-        if state == "section":
-            if not line:
-                continue
-            if line.startswith("\\"):
-                if n > 0 and len(probs[n - 1]) != counts[n - 1]:
-                    raise InputError(f"the {n}-grams section has {len(probs[n - 1])} entries but the header "
-                                     f"announces {counts[n - 1]}", path=path, line=lineno,
-                                     expected=f"{counts[n - 1]} {n}-grams")
-                m = _SECTION.match(line)
-                if m:
-                    k = int(m.group(1))
-                    if k != n + 1 or k > order:
-                        raise InputError(f"section {line!r} out of place", path=path, line=lineno,
-                                         expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
-                    n = k
-                    ids_flat.append([])
-                    probs.append([])
-                    bows.append([])
-                    linenos.append([])
-                    continue
-                if line == "\\end\\":
-                    if n != order:
-                        raise InputError("\\end\\ before all sections", path=path, line=lineno,
-                                         expected=f"'\\{n + 1}-grams:'")
-                    state = "end"
-                    continue
-                raise InputError(f"unknown section {line[:40]!r}", path=path, line=lineno,
-                                 expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
-            if n == 0:
-                raise InputError(f"unexpected line {line[:40]!r}", path=path, line=lineno,
-                                 expected="'\\1-grams:'")
-            parts = line.split()
-            nf = len(parts)
-            if nf == n + 1:
-                bo = 0.0
-            elif nf == n + 2 and n < order:
-                bo = _number(parts[-1], "backoff", path, lineno, prob=False)
-            else:
-                exp = (f"<log10 prob> <{n} word(s)> [<log10 backoff>]" if n < order
-                       else f"<log10 prob> <{n} word(s)>")
-                raise InputError(f"{nf} fields in a {n}-gram line", path=path, line=lineno, expected=exp)
-            if len(probs[n - 1]) >= counts[n - 1]:
-                raise InputError(f"more {n}-grams than the header's {counts[n - 1]}", path=path, line=lineno,
-                                 expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
-            lp = _number(parts[0], "log10 probability", path, lineno, prob=True)
-            if n == 1:
-                w = parts[1]
-                if w in vocab:
-                    raise InputError(f"duplicate unigram {w!r}", path=path, line=lineno,
-                                     expected="each word listed once")
-                vocab[w] = len(vocab)
-                ids_flat[0].append(vocab[w])
-            else:
-                try:
-                    ids_flat[n - 1].extend([vocab[w] for w in parts[1:n + 1]])
-                except KeyError as e:
-                    raise InputError(f"word {e.args[0]!r} is not in the 1-grams", path=path, line=lineno,
-                                     expected="n-grams over the listed unigrams") from None
-            probs[n - 1].append(lp)
-            bows[n - 1].append(bo)
-            linenos[n - 1].append(lineno)
-            continue
-        if state == "end":
-            if line:
-                raise InputError(f"content after \\end\\: {line[:40]!r}", path=path, line=lineno,
-                                 expected="end of file")
-    if state != "end":
-        what = {"start": "'\\data\\'", "header": "'ngram 1=<count>'"}.get(state, "'\\end\\'")
-        raise InputError("the file ends early", path=path, line=last + 1, expected=what)
-    words = list(vocab)
+        if line:
+            raise InputError(f"content after \\end\\: {line[:40]!r}", path=path, line=lineno,
+                             expected="end of file")
+    order = len(counts)
     try:
         return NgramModel.from_arrays(
-            words,
+            list(vocab),
             [np.asarray(ids_flat[k], dtype=np.int64).reshape(-1, k + 1) for k in range(order)],
             [np.asarray(p, dtype=np.float64) for p in probs],
             [np.asarray(b, dtype=np.float64) for b in bows],
         )
     except StructureError as e:
         nums = linenos[e.order - 1]
-        line = nums[e.row] if e.row < len(nums) else None
-        raise InputError(e.message, path=path, line=line, expected=e.expected) from None
+        line_of = nums[e.row] if e.row < len(nums) else None
+        raise InputError(e.message, path=path, line=line_of, expected=e.expected) from None
+
+
+def _read_header(path: PathLike, it: Iterator[tuple[int, str]]) -> tuple[list[int], int, str]:
+    """``\\data\\`` and the ``ngram n=<count>`` lines: the counts, and the number and text of the first line
+    after them (it must open the 1-grams section)."""
+    counts: list[int] = []
+    started = False
+    last = 0
+    for lineno, raw in it:
+        last = lineno
+        line = raw.strip()
+        if not line:
+            continue
+        if not started:
+            if line != "\\data\\":
+                raise InputError(f"the file starts with {line[:40]!r}", path=path, line=lineno,
+                                 expected="'\\data\\' (an ARPA file)")
+            started = True
+            continue
+        m = _NGRAM_LINE.match(line)
+        if m:
+            k, c = int(m.group(1)), int(m.group(2))
+            if k != len(counts) + 1:
+                raise InputError(f"header line for order {k} after {len(counts)} order(s)", path=path,
+                                 line=lineno, expected=f"'ngram {len(counts) + 1}=<count>'")
+            counts.append(c)
+            continue
+        if not counts:
+            raise InputError(f"unexpected header line {line[:40]!r}", path=path, line=lineno,
+                             expected="'ngram 1=<count>'")
+        if counts[0] == 0:
+            raise InputError("the header announces no unigrams", path=path, line=lineno,
+                             expected="ngram 1=<count> with count >= 1")
+        return counts, lineno, line
+    raise InputError("the file ends early", path=path, line=last + 1,
+                     expected="'ngram 1=<count>'" if started else "'\\data\\'")
+
+
+def _read_sections(path: PathLike, counts: list[int], first_lineno: int, first_line: str,
+                   it: Iterator[tuple[int, str]]
+                   ) -> tuple[dict[str, int], list[list[int]], list[list[float]], list[list[float]], list[list[int]]]:
+    """The n-gram sections, from ``first_line`` up to ``\\end\\``: the vocabulary (word -> id), and per order the
+    flat word ids, log10 probabilities, log10 backoffs and line numbers of its entries.
+
+    One loop over every entry line, kept inline (no call per line) because it is the reader's hot path.
+    """
+    order = len(counts)
+    n = 0  # current section order
+    vocab: dict[str, int] = {}
+    ids_flat: list[list[int]] = []
+    probs: list[list[float]] = []
+    bows: list[list[float]] = []
+    linenos: list[list[int]] = []
+    last = first_lineno
+    for lineno, raw in itertools.chain(((first_lineno, first_line),), it):
+        last = lineno
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("\\"):
+            n = _section_line(path, lineno, line, n, counts, probs)
+            if n > order:  # \end\
+                return vocab, ids_flat, probs, bows, linenos
+            for table in (ids_flat, probs, bows, linenos):
+                table.append([])
+            continue
+        if n == 0:
+            raise InputError(f"unexpected line {line[:40]!r}", path=path, line=lineno,
+                             expected="'\\1-grams:'")
+        parts = line.split()
+        nf = len(parts)
+        if nf == n + 1:
+            bo = 0.0
+        elif nf == n + 2 and n < order:
+            bo = _number(parts[-1], "backoff", path, lineno, prob=False)
+        else:
+            exp = (f"<log10 prob> <{n} word(s)> [<log10 backoff>]" if n < order
+                   else f"<log10 prob> <{n} word(s)>")
+            raise InputError(f"{nf} fields in a {n}-gram line", path=path, line=lineno, expected=exp)
+        if len(probs[n - 1]) >= counts[n - 1]:
+            raise InputError(f"more {n}-grams than the header's {counts[n - 1]}", path=path, line=lineno,
+                             expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
+        lp = _number(parts[0], "log10 probability", path, lineno, prob=True)
+        if n == 1:
+            w = parts[1]
+            if w in vocab:
+                raise InputError(f"duplicate unigram {w!r}", path=path, line=lineno,
+                                 expected="each word listed once")
+            vocab[w] = len(vocab)
+            ids_flat[0].append(vocab[w])
+        else:
+            try:
+                ids_flat[n - 1].extend([vocab[w] for w in parts[1:n + 1]])
+            except KeyError as e:
+                raise InputError(f"word {e.args[0]!r} is not in the 1-grams", path=path, line=lineno,
+                                 expected="n-grams over the listed unigrams") from None
+        probs[n - 1].append(lp)
+        bows[n - 1].append(bo)
+        linenos[n - 1].append(lineno)
+    raise InputError("the file ends early", path=path, line=last + 1, expected="'\\end\\'")
+
+
+def _section_line(path: PathLike, lineno: int, line: str, n: int, counts: list[int],
+                  probs: list[list[float]]) -> int:
+    """Check a ``\\<k>-grams:`` or ``\\end\\`` line after section ``n`` (0: none yet) has been read; return the
+    new section's order ``k``, or ``len(counts) + 1`` for ``\\end\\``."""
+    order = len(counts)
+    if n > 0 and len(probs[n - 1]) != counts[n - 1]:
+        raise InputError(f"the {n}-grams section has {len(probs[n - 1])} entries but the header "
+                         f"announces {counts[n - 1]}", path=path, line=lineno,
+                         expected=f"{counts[n - 1]} {n}-grams")
+    m = _SECTION.match(line)
+    if m:
+        k = int(m.group(1))
+        if k != n + 1 or k > order:
+            raise InputError(f"section {line!r} out of place", path=path, line=lineno,
+                             expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
+        return k
+    if line == "\\end\\":
+        if n != order:
+            raise InputError("\\end\\ before all sections", path=path, line=lineno,
+                             expected=f"'\\{n + 1}-grams:'")
+        return order + 1
+    raise InputError(f"unknown section {line[:40]!r}", path=path, line=lineno,
+                     expected=f"'\\{n + 1}-grams:'" if n < order else "'\\end\\'")
 
 
 def arpa_counts(path: PathLike) -> list[int]:

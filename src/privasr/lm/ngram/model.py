@@ -41,16 +41,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from privasr.errors import InputError
 from privasr.lm.base import BOS, EOS, UNK, SentenceScore
-
-if TYPE_CHECKING:
-    from privasr.corpus.textio import PathLike
 
 __all__ = ["NgramModel", "NgramState", "StructureError"]
 
@@ -76,8 +71,9 @@ class StructureError(InputError):
 class NgramModel:
     """A backoff n-gram language model (implements :class:`privasr.lm.base.LanguageModel`).
 
-    Build one with :meth:`from_entries`, :meth:`from_arrays`, :meth:`from_arpa` or
-    :func:`privasr.lm.ngram.mkn.train_mkn`; the constructor itself is internal.
+    Build one with :meth:`from_entries`, :meth:`from_arrays`, :func:`privasr.lm.ngram.arpa.read_arpa` or
+    :func:`privasr.lm.ngram.mkn.train_mkn`; the constructor itself is internal (ARPA files are written with
+    :func:`privasr.lm.ngram.arpa.write_arpa`).
     """
 
     __slots__ = ("_order", "_vocab", "_ids", "_mult", "_keys", "_prob", "_bow", "_unk", "_bos", "_eos")
@@ -127,71 +123,22 @@ class NgramModel:
             raise InputError("ngrams, probs and bows need one array per order", expected="order >= 1")
         vocab = tuple(vocab)
         v = len(vocab)
-        mult = v + 1
         keys: list[np.ndarray] = []
         out_p: list[np.ndarray] = []
         out_b: list[np.ndarray] = []
         order = len(ngrams)
         for n in range(1, order + 1):
-            ids = np.asarray(ngrams[n - 1], dtype=np.int64)
-            if ids.ndim == 1 and n == 1:
-                ids = ids[:, None]
-            p = np.asarray(probs[n - 1], dtype=np.float64)
-            b = np.asarray(bows[n - 1], dtype=np.float64) if n < order else np.zeros(len(p))
-            if ids.ndim != 2 or ids.shape[1] != n or p.shape != (len(ids),) or b.shape != (len(ids),):
-                raise InputError(f"order {n}: arrays of mismatched shapes",
-                                 expected=f"({len(ids)}, {n}) ids and {len(ids)} probs/backoffs")
-            bad = np.flatnonzero((ids < 0) | (ids >= v))
-            if len(bad):
-                row = int(bad[0] // n)
-                raise StructureError(f"word id {int(ids.flat[bad[0]])} out of range", order=n, row=row,
-                                     expected=f"ids in [0, {v})")
+            ids, p, b = _checked_order(n, order, v, ngrams[n - 1], probs[n - 1], bows[n - 1])
             if n == 1:
-                k = ids[:, 0]
-                if len(k) != v or len(np.unique(k)) != v:
-                    seen = np.zeros(v, dtype=bool)
-                    for r, i in enumerate(k.tolist()):
-                        if seen[i]:
-                            raise StructureError(f"duplicate unigram {vocab[i]!r}", order=1, row=r)
-                        seen[i] = True
-                    missing = int(np.flatnonzero(~seen)[0])
-                    raise StructureError(f"vocabulary word {vocab[missing]!r} has no unigram", order=1,
-                                         row=len(k), expected="one unigram per vocabulary word")
-                pp = np.empty(v)
-                bb = np.empty(v)
-                pp[k] = p
-                bb[k] = b
-                keys.append(np.arange(v, dtype=np.int64))
-                out_p.append(pp)
-                out_b.append(bb)
-                continue
-            if len(keys[-1]) * mult >= _MAX_KEY:
-                raise InputError(f"too many {n - 1}-grams for 64-bit keys", expected="a smaller model")
-            idx = ids[:, 0].copy()
-            for j in range(1, n - 1):
-                kk = idx * mult + ids[:, j]
-                pos = np.searchsorted(keys[j], kk)
-                pos_c = np.minimum(pos, max(len(keys[j]) - 1, 0))
-                ok = (pos < len(keys[j])) & (keys[j][pos_c] == kk) if len(keys[j]) else np.zeros(len(kk), bool)
-                if not ok.all():
-                    r = int(np.flatnonzero(~ok)[0])
-                    words = " ".join(vocab[i] for i in ids[r])
-                    pre = " ".join(vocab[i] for i in ids[r, : j + 1])
-                    raise StructureError(f"{n}-gram {words!r} has no lower-order prefix {pre!r}", order=n,
-                                         row=r, expected=f"every n-gram's prefix listed in the {j + 1}-grams")
-                idx = pos
-            key = idx * mult + ids[:, n - 1]
-            perm = np.argsort(key, kind="stable")
-            key = key[perm]
-            dup = np.flatnonzero(key[1:] == key[:-1])
-            if len(dup):
-                r = int(perm[dup + 1].min())
-                words = " ".join(vocab[i] for i in ids[r])
-                raise StructureError(f"duplicate {n}-gram {words!r}", order=n, row=r,
-                                     expected="each n-gram listed once")
+                key, pp, bb = _unigram_rows(vocab, ids, p, b)
+            else:
+                if len(keys[-1]) * (v + 1) >= _MAX_KEY:
+                    raise InputError(f"too many {n - 1}-grams for 64-bit keys", expected="a smaller model")
+                key, perm = _ngram_keys(vocab, ids, keys)
+                pp, bb = p[perm], b[perm]
             keys.append(key)
-            out_p.append(p[perm])
-            out_b.append(b[perm])
+            out_p.append(pp)
+            out_b.append(bb)
         return cls(vocab, keys, out_p, out_b)
 
     @classmethod
@@ -244,20 +191,6 @@ class NgramModel:
             probs.append(p)
             bows.append(b)
         return cls.from_arrays(vocab, ngrams, probs, bows)
-
-    @classmethod
-    def from_arpa(cls, path: PathLike) -> NgramModel:
-        """Read an ARPA file (alias of :func:`privasr.lm.ngram.arpa.read_arpa`)."""
-        from privasr.lm.ngram.arpa import read_arpa
-
-        return read_arpa(path)
-
-    def write_arpa(self, path: PathLike) -> Path:
-        """Write this model as an ARPA file (alias of :func:`privasr.lm.ngram.arpa.write_arpa`)."""
-        from privasr.lm.ngram.arpa import write_arpa
-
-        write_arpa(self, path)
-        return Path(path)
 
     # ------------------------------------------------------------------ inspection
 
@@ -508,3 +441,75 @@ class NgramModel:
             if use.any():
                 lp[use] += self._bow[m - 1][ctx[use]]
         return lp
+
+
+def _checked_order(n: int, order: int, v: int, ngrams: np.ndarray, probs: np.ndarray, bows: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Order ``n``'s ids (``(count, n)``), log10 probabilities and backoffs (0 at the highest order) as arrays,
+    their shapes and word ids checked."""
+    ids = np.asarray(ngrams, dtype=np.int64)
+    if ids.ndim == 1 and n == 1:
+        ids = ids[:, None]
+    p = np.asarray(probs, dtype=np.float64)
+    b = np.asarray(bows, dtype=np.float64) if n < order else np.zeros(len(p))
+    if ids.ndim != 2 or ids.shape[1] != n or p.shape != (len(ids),) or b.shape != (len(ids),):
+        raise InputError(f"order {n}: arrays of mismatched shapes",
+                         expected=f"({len(ids)}, {n}) ids and {len(ids)} probs/backoffs")
+    bad = np.flatnonzero((ids < 0) | (ids >= v))
+    if len(bad):
+        row = int(bad[0] // n)
+        raise StructureError(f"word id {int(ids.flat[bad[0]])} out of range", order=n, row=row,
+                             expected=f"ids in [0, {v})")
+    return ids, p, b
+
+
+def _unigram_rows(vocab: tuple[str, ...], ids: np.ndarray, p: np.ndarray, b: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Order 1's keys (the word ids), probabilities and backoffs in id order; every word listed exactly once."""
+    v = len(vocab)
+    k = ids[:, 0]
+    if len(k) != v or len(np.unique(k)) != v:
+        seen = np.zeros(v, dtype=bool)
+        for r, i in enumerate(k.tolist()):
+            if seen[i]:
+                raise StructureError(f"duplicate unigram {vocab[i]!r}", order=1, row=r)
+            seen[i] = True
+        missing = int(np.flatnonzero(~seen)[0])
+        raise StructureError(f"vocabulary word {vocab[missing]!r} has no unigram", order=1,
+                             row=len(k), expected="one unigram per vocabulary word")
+    pp = np.empty(v)
+    bb = np.empty(v)
+    pp[k] = p
+    bb[k] = b
+    return np.arange(v, dtype=np.int64), pp, bb
+
+
+def _ngram_keys(vocab: tuple[str, ...], ids: np.ndarray, keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted keys ``index(prefix) * (V + 1) + id(last)`` of the n-grams ``ids`` (order ``n > 1``, the
+    lower orders' sorted keys in ``keys``) and the permutation that sorts the rows; every prefix must be listed
+    and no n-gram twice."""
+    n = ids.shape[1]
+    mult = len(vocab) + 1
+    idx = ids[:, 0].copy()
+    for j in range(1, n - 1):
+        kk = idx * mult + ids[:, j]
+        pos = np.searchsorted(keys[j], kk)
+        pos_c = np.minimum(pos, max(len(keys[j]) - 1, 0))
+        ok = (pos < len(keys[j])) & (keys[j][pos_c] == kk) if len(keys[j]) else np.zeros(len(kk), bool)
+        if not ok.all():
+            r = int(np.flatnonzero(~ok)[0])
+            words = " ".join(vocab[i] for i in ids[r])
+            pre = " ".join(vocab[i] for i in ids[r, : j + 1])
+            raise StructureError(f"{n}-gram {words!r} has no lower-order prefix {pre!r}", order=n,
+                                 row=r, expected=f"every n-gram's prefix listed in the {j + 1}-grams")
+        idx = pos
+    key = idx * mult + ids[:, n - 1]
+    perm = np.argsort(key, kind="stable")
+    key = key[perm]
+    dup = np.flatnonzero(key[1:] == key[:-1])
+    if len(dup):
+        r = int(perm[dup + 1].min())
+        words = " ".join(vocab[i] for i in ids[r])
+        raise StructureError(f"duplicate {n}-gram {words!r}", order=n, row=r,
+                             expected="each n-gram listed once")
+    return key, perm

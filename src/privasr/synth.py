@@ -901,7 +901,7 @@ class SynthCorpus:
         import privasr
 
         return {
-            "generator": "privasr.corpus.synth",
+            "generator": "privasr.synth",
             "privasr_version": privasr.__version__,
             "seed": self.config.seed,
             "config": self.config.to_dict(),
@@ -974,22 +974,7 @@ def generate(config: SynthConfig | None = None) -> SynthCorpus:
     topics = list(TOPICS)
 
     clients = _make_clients(cfg, rng_clients, bg_vocab, lexicon)
-
-    # utterances, client by client, in time order
-    mean_extra = cfg.utterances_per_client - cfg.min_utterances
-    utts: list[tuple[_Client, int, tuple[str, ...], tuple[Span, ...], str, float, float]] = []
-    for cl in clients:
-        rate = rng_utts.gamma(2.0, mean_extra / 2.0) if mean_extra > 0 else 0.0
-        n = int(min(cfg.max_utterances, cfg.min_utterances + rng_utts.poisson(rate)))
-        t = 0.0
-        for i in range(n):
-            topic = topics[int(rng_utts.choice(len(topics), p=cl.topic_p))]
-            words, spans = _sentence(rng_utts, topic, cl, cl.profile.entity_rate, cl.profile.filler_rate)
-            t += float(rng_utts.exponential(4.0)) + 0.5
-            dur = 0.3 * len(words) + float(rng_utts.uniform(0.1, 0.6))
-            utts.append((cl, i, words, spans, topic, round(t, 2), round(t + dur, 2)))
-            t += dur
-
+    utts = _utterances(cfg, clients, rng_utts, topics)
     background: list[tuple[str, ...]] = []
     for _ in range(cfg.background_sentences):
         topic = topics[int(rng_bg.integers(len(topics)))]
@@ -1001,20 +986,7 @@ def generate(config: SynthConfig | None = None) -> SynthCorpus:
     decoder_vocab = sorted(bg_vocab | set(personal_all) | set(extra))
     lm = _BigramLM(background, decoder_vocab, general, cfg.general_prior_weight)
     conf = Confusions.for_vocabulary(decoder_vocab, k=2 * max(1, cfg.confusions))
-    decoder = _Decoder(cfg, lm, conf)
-
-    dev: list[NBest] = []
-    test: list[NBest] = []
-    transcripts: list[Transcript] = []
-    for cl, i, words, spans, topic, start, end in utts:
-        cid = cl.profile.id
-        uid = f"{cid}-{i:04d}"
-        hyps = decoder.decode(words, rng_am, cl.profile.noise)
-        meta = {"topic": topic, "start": start, "end": end}
-        nb = NBest(uid, tuple(hyps), client=cid, speaker=f"{cid}-spk", order=i, ref=words, meta=meta)
-        (dev if cl.profile.split == "dev" else test).append(nb)
-        transcripts.append(Transcript(uid, words, client=cid, speaker=f"{cid}-spk", order=i, entities=spans,
-                                      meta={"topic": topic, "start": start, "end": end}))
+    dev, test, transcripts = _first_pass(utts, _Decoder(cfg, lm, conf), rng_am)
 
     personal = {cl.profile.id: frozenset(cl.profile.personal_words) for cl in clients}
     stats = {
@@ -1036,3 +1008,44 @@ def generate(config: SynthConfig | None = None) -> SynthCorpus:
         background=tuple(" ".join(s) for s in background),
         stats=MappingProxyType(stats),
     )
+
+
+_Utterance = tuple[_Client, int, tuple[str, ...], tuple[Span, ...], str, float, float]
+"""An utterance to decode: client, index, words, entity spans, topic, start and end (seconds)."""
+
+
+def _utterances(cfg: SynthConfig, clients: Sequence[_Client], rng: np.random.Generator, topics: list[str]
+                ) -> list[_Utterance]:
+    """Every client's utterances, client by client, in time order."""
+    mean_extra = cfg.utterances_per_client - cfg.min_utterances
+    utts: list[_Utterance] = []
+    for cl in clients:
+        rate = rng.gamma(2.0, mean_extra / 2.0) if mean_extra > 0 else 0.0
+        n = int(min(cfg.max_utterances, cfg.min_utterances + rng.poisson(rate)))
+        t = 0.0
+        for i in range(n):
+            topic = topics[int(rng.choice(len(topics), p=cl.topic_p))]
+            words, spans = _sentence(rng, topic, cl, cl.profile.entity_rate, cl.profile.filler_rate)
+            t += float(rng.exponential(4.0)) + 0.5
+            dur = 0.3 * len(words) + float(rng.uniform(0.1, 0.6))
+            utts.append((cl, i, words, spans, topic, round(t, 2), round(t + dur, 2)))
+            t += dur
+    return utts
+
+
+def _first_pass(utts: Sequence[_Utterance], decoder: _Decoder, rng: np.random.Generator
+                ) -> tuple[list[NBest], list[NBest], list[Transcript]]:
+    """The dev and test N-best lists the simulated first pass gives, and every utterance's reference transcript."""
+    dev: list[NBest] = []
+    test: list[NBest] = []
+    transcripts: list[Transcript] = []
+    for cl, i, words, spans, topic, start, end in utts:
+        cid = cl.profile.id
+        uid = f"{cid}-{i:04d}"
+        hyps = decoder.decode(words, rng, cl.profile.noise)
+        meta = {"topic": topic, "start": start, "end": end}
+        nb = NBest(uid, tuple(hyps), client=cid, speaker=f"{cid}-spk", order=i, ref=words, meta=meta)
+        (dev if cl.profile.split == "dev" else test).append(nb)
+        transcripts.append(Transcript(uid, words, client=cid, speaker=f"{cid}-spk", order=i, entities=spans,
+                                      meta={"topic": topic, "start": start, "end": end}))
+    return dev, test, transcripts

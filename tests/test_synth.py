@@ -18,8 +18,8 @@ import pytest
 
 from privasr.corpus.formats.nbest_jsonl import read_nbest, read_transcripts
 from privasr.corpus.phonetics import load_cmudict
-from privasr.corpus.synth import TOPICS, SynthConfig, SynthCorpus, generate, grammar_vocabulary
 from privasr.errors import ConfigError
+from privasr.synth import TOPICS, SynthConfig, SynthCorpus, generate, grammar_vocabulary
 
 
 def edits(ref, hyp) -> int:
@@ -116,7 +116,7 @@ def test_same_seed_same_bytes_different_seed_different(tmp_path):
 
 def test_deterministic_across_processes(tmp_path):
     """Hash randomisation (set/dict order of strings) must not leak into the output."""
-    code = ("import sys; from privasr.corpus.synth import generate, SynthConfig; "
+    code = ("import sys; from privasr.synth import generate, SynthConfig; "
             "generate(SynthConfig.preset('tiny', seed=3)).write(sys.argv[1])")
     outs = []
     for hs in ("1", "2"):

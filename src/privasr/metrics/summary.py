@@ -1,4 +1,4 @@
-"""Summary statistics of a corpus: counts, and 1-best/oracle WER where references exist.
+"""Summary statistics of a data set: counts, and 1-best/oracle WER where references exist.
 
 This is what ``privasr data inspect`` prints. Error rates are fractions.
 
@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from privasr.corpus.records import Hypothesis, NBest, Transcript
+from privasr.metrics.oracle import oracle_wer
+from privasr.metrics.wer import wer
 from privasr.text.normalize import Normalizer
 
 __all__ = ["nbest_stats", "transcript_stats", "dataset_stats", "combine_stats"]
@@ -32,8 +34,6 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
     ``normalizer`` is applied to references and hypotheses before scoring (not to the counts of
     utterances or clients).
     """
-    from privasr.metrics import oracle_wer, wer
-
     norm = normalizer or Normalizer.preset("none")
     n = len(nbests)
     have_refs = n > 0 and all(nb.ref is not None for nb in nbests)
@@ -74,8 +74,6 @@ def transcript_stats(
     reference words; transcripts without a reference are left out of the WER and counted in
     ``unmatched_references`` (scoring them against nothing would count every word as an insertion).
     """
-    from privasr.metrics import wer
-
     norm = normalizer or Normalizer.preset("none")
     out: dict[str, Any] = {
         "kind": "transcript",

@@ -1,0 +1,184 @@
+"""The NER data sets of paper 003 (section 2.1): Wikigold and Earnings-21, sentence by sentence, with seeded
+train / dev / test splits. The project's fine-tuned NER is trained on the train parts
+(:mod:`privasr.anon.ner_model`) and evaluated on the held-out ones (:mod:`privasr.experiments.ner_eval`).
+
+* Wikigold (``ner-wikigold/wikigold.conll.txt``, 145 documents, CoNLL labels): documents are shuffled with the
+  seed and dealt into 5 folds; fold 0 is the test fold, fold 1 the dev fold, folds 2-4 train.
+* Earnings-21 (``earnings21/references_nlp_wertags.tar.xz``, 44 calls): calls shuffled with the seed; the
+  first 10 are test, the next 4 dev, the other 30 train. The cased text is rebuilt from the ``.nlp`` tokens
+  (which keep their case) with each non-empty ``punctuation`` value as a token after its word; turns are
+  split into sentences after ``. ? ! …`` (never inside an entity). Entity types are mapped by
+  :data:`EARNINGS21_TO_LABEL`: PERSON -> PER, ORG -> ORG, GPE/LOC/FAC -> LOC, NORP/PRODUCT/EVENT/
+  WORK_OF_ART/LAW/LANGUAGE -> MISC; **not entities**: DATE and TIME (Earnings-21's are mostly "the quarter",
+  "next year", "good morning"; Wikigold, the other gold set, does not annotate dates, so one model could not
+  learn both), the numeric types (CARDINAL, MONEY, PERCENT, YEAR, ORDINAL, QUANTITY, RANGE), and the
+  normalisation classes CONTRACTION, ABBREVIATION, ALPHANUMERIC, WEBSITE, TWITTER, FALLBACK. Overlapping
+  spans after the mapping: the longest is kept (:func:`~privasr.anon.ner.resolve_overlaps`).
+
+The real participant names of Earnings-21's ``speaker-metadata.csv`` (:func:`clean_speaker_names`: placeholders
+such as "Speaker 3" or "Operator" removed) are what :func:`~privasr.anon.ner_metrics.names_leaked` looks for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from privasr.anon.ner import resolve_overlaps
+from privasr.anon.transform import LABELS, EntitySpan
+from privasr.errors import ConfigError, InputError
+
+__all__ = ["Doc", "EARNINGS21_TO_LABEL", "SENTENCE_END", "DATA_VERSION", "NerData", "wikigold_docs",
+           "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names"]
+
+Doc = tuple[tuple[str, ...], list[EntitySpan]]
+"""One training or evaluation sentence: its tokens and gold spans."""
+
+EARNINGS21_TO_LABEL: Mapping[str, str] = {
+    "PERSON": "PER", "ORG": "ORG", "GPE": "LOC", "LOC": "LOC", "FAC": "LOC",
+    "NORP": "MISC", "PRODUCT": "MISC", "EVENT": "MISC", "WORK_OF_ART": "MISC", "LAW": "MISC", "LANGUAGE": "MISC",
+}
+"""Earnings-21 entity types -> paper 003's categories (every other type is not an entity)."""
+
+SENTENCE_END = frozenset({".", "?", "!", "…"})
+DATA_VERSION = 1
+"""Bumped when the data preparation changes (part of the fine-tuned model's cache key)."""
+
+
+def wikigold_docs(path: str | Path) -> dict[str, list[Doc]]:
+    """Wikigold's sentences (cased, CoNLL labels) grouped by document id.
+
+    Raises:
+        InputError: a malformed file (from the CoNLL reader) or an unknown label.
+    """
+    from privasr.corpus.formats.conll import read_conll
+
+    out: dict[str, list[Doc]] = {}
+    for t in read_conll(path):
+        spans = []
+        for s in t.entities:
+            if s.label not in LABELS:
+                raise InputError(f"sentence {t.utt_id}: label {s.label!r}", path=path,
+                                 expected=f"one of {list(LABELS)}")
+            spans.append(EntitySpan(s.start, s.end, s.label))
+        out.setdefault(t.client or "doc", []).append((tuple(t.words), spans))
+    return out
+
+
+def earnings21_docs(path: str | Path) -> dict[str, list[Doc]]:
+    """Earnings-21 reference sentences (cased, punctuation tokens, mapped labels; see the module docs) by call.
+
+    Raises:
+        InputError: from the Earnings-21 reader.
+    """
+    from privasr.corpus.formats.earnings21 import read_earnings21
+
+    out: dict[str, list[Doc]] = {}
+    for t in read_earnings21(path):
+        punct = t.meta.get("punctuation") or [""] * len(t.words)
+        words: list[str] = []
+        pos: list[int] = []
+        for w, p in zip(t.words, punct, strict=True):
+            pos.append(len(words))
+            words.append(w)
+            if p.strip():
+                words.append(p.strip())
+        spans = resolve_overlaps(EntitySpan(pos[s.start], pos[s.end - 1] + 1, EARNINGS21_TO_LABEL[s.label])
+                                 for s in t.entities if s.label in EARNINGS21_TO_LABEL)
+        inside = np.zeros(len(words) + 1, dtype=bool)
+        for s in spans:
+            inside[s.start + 1:s.end] = True  # a cut before token i is forbidden when i continues a span
+        sents = out.setdefault(t.client or t.utt_id, [])
+        a = 0
+        for i, w in enumerate(words):
+            if w in SENTENCE_END and not inside[i + 1]:
+                sents.append(_cut(words, spans, a, i + 1))
+                a = i + 1
+        if a < len(words):
+            sents.append(_cut(words, spans, a, len(words)))
+    return out
+
+
+def _cut(words: list[str], spans: list[EntitySpan], a: int, b: int) -> Doc:
+    return tuple(words[a:b]), [EntitySpan(s.start - a, s.end - a, s.label) for s in spans if a <= s.start and s.end <= b]
+
+
+def split_ids(ids: Iterable[str], seed: int, *, n_test: int, n_dev: int) -> dict[str, list[str]]:
+    """Shuffle ``ids`` (sorted first) with ``seed``; the first ``n_test`` are test, the next ``n_dev`` dev.
+
+    >>> s = split_ids([f"d{i}" for i in range(10)], 0, n_test=2, n_dev=2)
+    >>> [len(s[k]) for k in ("train", "dev", "test")], set(s["test"]) & set(s["train"])
+    ([6, 2, 2], set())
+    """
+    order = sorted(ids)
+    if n_test + n_dev >= len(order):
+        raise ConfigError(f"{len(order)} documents cannot give {n_test} test and {n_dev} dev ones and a train part",
+                          expected="more documents")
+    perm = [order[i] for i in np.random.default_rng([seed, 8]).permutation(len(order))]
+    return {"test": sorted(perm[:n_test]), "dev": sorted(perm[n_test:n_test + n_dev]),
+            "train": sorted(perm[n_test + n_dev:])}
+
+
+@dataclass
+class NerData:
+    """Cased sentences per data set and part (``train``/``dev``/``test``), with the ids behind them."""
+
+    parts: dict[str, dict[str, list[Doc]]]
+    clients: dict[str, dict[str, list[str]]]
+    ids: dict[str, dict[str, list[str]]]
+    files: dict[str, Path]
+
+
+def load_ner_data(data: str | Path, seed: int = 0) -> NerData:
+    """Wikigold (5 document folds: test fold 0, dev fold 1) and Earnings-21 (10 test, 4 dev calls) splits.
+
+    Raises:
+        ConfigError: a data file is missing (naming it).
+    """
+    d = Path(data)
+    files = {"wikigold": d / "ner-wikigold" / "wikigold.conll.txt",
+             "earnings21": d / "earnings21" / "references_nlp_wertags.tar.xz"}
+    for p in files.values():
+        if not p.is_file():
+            raise ConfigError("NER evaluation data not found", path=p, expected="the shared data folder layout")
+    by_set = {"wikigold": wikigold_docs(files["wikigold"]), "earnings21": earnings21_docs(files["earnings21"])}
+    n = len(by_set["wikigold"])
+    fold = max(1, round(n / 5))
+    ids = {"wikigold": split_ids(by_set["wikigold"], seed, n_test=fold, n_dev=fold),
+           "earnings21": split_ids(by_set["earnings21"], seed, n_test=10, n_dev=4)}
+    parts: dict[str, dict[str, list[Doc]]] = {}
+    clients: dict[str, dict[str, list[str]]] = {}
+    for name, docs in by_set.items():
+        parts[name], clients[name] = {}, {}
+        for part, keys in ids[name].items():
+            parts[name][part] = [x for k in keys for x in docs[k]]
+            clients[name][part] = [k for k in keys for _ in docs[k]]
+    return NerData(parts, clients, ids, files)
+
+
+_PLACEHOLDER = re.compile(r"^(speaker|operator|unknown|unidentified|moderator|participant|analyst|host)\b|\bhost$",
+                          re.I)
+_NOT_NAME = frozenset({"mr", "mrs", "ms", "dr", "jr", "sr", "ii", "iii", "iv"})
+
+
+def clean_speaker_names(names: Iterable[str]) -> list[tuple[str, ...]]:
+    """Distinct real names as lower-case token tuples (placeholders such as "Speaker 3", "Operator", "Meeting
+    Host", names with digits, 1-letter tokens, titles and suffixes such as "Dr." or "IV" removed).
+
+    >>> clean_speaker_names(["Speaker 3", "Operator", "James.", "Carolina Dybeck Happe", "Dr. J. Smith IV",
+    ...                      "Meeting Host"])
+    [('carolina', 'dybeck', 'happe'), ('james',), ('smith',)]
+    """
+    out = set()
+    for n in names:
+        if _PLACEHOLDER.search(n.strip()) or any(c.isdigit() for c in n):
+            continue
+        toks = tuple(t for t in (re.sub(r"[^\w'-]", "", w).lower() for w in n.split())
+                     if len(t) > 1 and t not in _NOT_NAME)
+        if toks:
+            out.add(toks)
+    return sorted(out)
