@@ -284,7 +284,7 @@ def _train_epochs(nlp: Any, ner: Any, examples: list[Any], optimizer: Any, dev_d
 def gutenberg_cased_sentences(data: Path) -> list[tuple[str, ...]]:
     """The cased sentences of the Gutenberg books in the data folder ``data`` (empty when they are absent or
     unreadable): with the training sentences, the text of the fine-tuned model's common words and truecaser."""
-    from privasr.experiments.text import _gutenberg
+    from privasr.corpus.sources import _gutenberg
 
     try:
         return _gutenberg(data, lambda toks: toks)
