@@ -62,7 +62,7 @@ from privasr.lm.neural.models import ClassSoftmax, LstmLM, NeuralLMConfig, Trans
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["TrainOptions", "TrainResult", "train_lm", "encode_sentences", "make_batch", "evaluate_ppl",
-           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "set_num_threads"]
+           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "TrainNeuralFile", "set_num_threads"]
 
 FREEZE_CHOICES = ("none", "output")
 #: training options that may differ between an interrupted run and its ``resume`` (they only decide when to stop)
@@ -858,6 +858,17 @@ def parse_overrides(items: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any
     return model, train
 
 
+@dataclass(frozen=True)
+class TrainNeuralFile:
+    """The config file of ``privasr lm train-neural`` (schema of :mod:`privasr.config`): a preset, model
+    options over it (:class:`~privasr.lm.neural.models.NeuralLMConfig` fields) and training options
+    (:class:`TrainOptions` fields), each checked by its own class."""
+
+    preset: str | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+
 def load_run_config(config_file: str | os.PathLike[str] | None = None, preset: str | None = None,
                     overrides: Sequence[str] = (), init_config: NeuralLMConfig | None = None,
                     ) -> tuple[NeuralLMConfig, TrainOptions]:
@@ -877,18 +888,19 @@ def load_run_config(config_file: str | os.PathLike[str] | None = None, preset: s
     if config_file is not None:
         import yaml
 
+        from privasr.config import from_mapping
         from privasr.corpus.textio import read_text
 
         where = Path(config_file)
         try:
-            data = yaml.safe_load(read_text(where)) or {}
+            raw = yaml.safe_load(read_text(where)) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"not valid YAML/JSON: {e}", path=where) from None
-        if not isinstance(data, dict):
-            raise ConfigError("the config is not a mapping", path=where, expected="preset/model/train keys")
-        unknown = sorted(set(data) - {"preset", "model", "train"})
-        if unknown:
-            raise ConfigError(f"unknown top-level key(s) {unknown}", path=where, expected="preset, model, train")
+        try:
+            parsed = from_mapping(TrainNeuralFile, raw)
+        except ConfigError as e:
+            raise ConfigError(e.message, path=where, expected=e.expected) from None
+        data = {"preset": parsed.preset, "model": parsed.model, "train": parsed.train}
     model_set, train_set = parse_overrides(overrides)
     try:
         file_model = dict(data.get("model") or {})
