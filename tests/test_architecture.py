@@ -5,6 +5,8 @@
 * ``privasr.experiments`` and ``privasr.bench`` never import ``privasr.cli``.
 * No import cycles: neither between modules nor between the top-level subpackages (``privasr.corpus``,
   ``privasr.metrics``, ...).
+* The library's packages keep the levels of the picture in docs/architecture.md (:data:`LEVELS`): each imports
+  only packages of lower levels.
 
 Every ``import`` / ``from ... import`` of a privasr module counts, also inside functions and under
 ``TYPE_CHECKING``; relative imports are resolved; ``from privasr.x import y`` imports ``privasr.x.y`` when that
@@ -23,6 +25,17 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUNNERS = ("privasr.experiments", "privasr.bench")
 CLI = ("privasr.cli", "privasr.__main__")
+# the library's levels, as drawn in docs/architecture.md ("Layers: what may import what")
+LEVELS = {
+    "privasr.errors": 0, "privasr.paths": 0,
+    "privasr.text": 1, "privasr.privacy": 1, "privasr.config": 1, "privasr.results": 1,
+    "privasr.corpus": 2,
+    "privasr.metrics": 3,
+    "privasr.anon": 4, "privasr.synth": 4,
+    "privasr.lm": 5,
+    "privasr.rescore": 6, "privasr.asr": 6, "privasr.confidence": 6,
+    "privasr.federated": 7,
+}
 
 
 def module_files(src: Path = SRC, package: str = "privasr") -> dict[str, tuple[Path, bool]]:
@@ -220,6 +233,16 @@ def test_no_import_cycles_between_subpackages(graph: dict[str, set[str]]) -> Non
     packages = collapse(graph)
     if find_cycles(packages):
         pytest.fail("import cycles between top-level subpackages:\n" + describe_cycles(packages), pytrace=False)
+
+
+def test_library_packages_keep_their_documented_levels(graph: dict[str, set[str]]) -> None:
+    packages = collapse(graph)
+    library = sorted(p for p in packages if p not in ("privasr", *RUNNERS, *CLI))
+    missing = [p for p in library if p not in LEVELS]
+    assert not missing, f"library packages without a level in LEVELS and docs/architecture.md: {missing}"
+    bad = [f"{a} (level {LEVELS[a]}) -> {b} (level {LEVELS[b]})" for a in library for b in sorted(packages[a])
+           if b in LEVELS and b != a and LEVELS[b] >= LEVELS[a]]
+    assert not bad, "imports against the documented levels:\n" + "\n".join(bad)
 
 
 # ------------------------------------------------------------------------------------- the checker itself
