@@ -11,7 +11,7 @@ results.json.
 Field types understood: ``bool``, ``int``, ``float``, ``str``, :class:`~pathlib.Path`, ``Literal[...]``,
 ``X | None``, ``tuple[X, ...]``, ``dict[str, X]``, ``Any`` (kept as given) and nested schema dataclasses.
 Per-field rules go in the field's metadata with :func:`setting`: ``min``/``max`` (inclusive; ``gt``/``lt``
-exclusive), ``choices``, ``exists`` (``"file"``/``"dir"``/``"path"``: checked when ``check_files``),
+exclusive), ``choices``, ``exists`` (``"file"``, ``"folder"`` or ``"path"``, the word the error uses: checked when ``check_files``),
 ``expand`` (``${VAR}`` expansion of a ``str``). A schema may define ``__config_value__(cls, value, where)`` to
 accept a shorthand (an ARPA path for ``{arpa: PATH}``) and ``__config_check__(self, where, ctx)`` for rules that
 tie keys together (it may return a resolved copy, e.g. with a source name turned into a path); both raise
