@@ -309,9 +309,8 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
     Training uses every train sentence cased and ASR-style; the dev parts (both forms) pick the epoch.
     The folder also holds ``common-words.json``: :func:`~privasr.anon.ner.common_words` of the Gutenberg books
     (when present) and the cased training sentences, and ``truecase.json``: a
-    :class:`~privasr.anon.ner.Truecaser` fitted on the same text (added to a cached folder that lacks it). Returns (folder, its privasr-ner.json, trained now)."""
-    import hashlib
-
+    :class:`~privasr.anon.ner.Truecaser` fitted on the same text (added to a cached folder that lacks it).
+    Returns (folder, its privasr-ner.json, trained now)."""
     from privasr.results import fingerprint
 
     fps = {k: fingerprint(p)["sha256"] for k, p in sorted(data.files.items())}
