@@ -41,7 +41,7 @@ def test_node_keys_are_p384_pairs_in_the_formats_flower_takes(tmp_path):
     assert len(c.node_private_keys) == len(c.node_public_keys) == 2
     seen = set()
     for priv_p, pub_p in zip(c.node_private_keys, c.node_public_keys, strict=True):
-        priv = serialization.load_pem_private_key(priv_p.read_bytes(), password=None)
+        priv = serialization.load_ssh_private_key(priv_p.read_bytes(), password=None)
         pub = serialization.load_ssh_public_key(pub_p.read_bytes())
         assert isinstance(priv, ec.EllipticCurvePrivateKey) and isinstance(priv.curve, ec.SECP384R1)
         assert pub.public_numbers() == priv.public_key().public_numbers()
@@ -84,3 +84,95 @@ def test_bad_arguments_are_clear_errors(tmp_path, kwargs, match):
     with pytest.raises(ConfigError, match=match):
         make_credentials(tmp_path / "certs", **kwargs)
     assert not (tmp_path / "certs").exists()
+
+
+# ------------------------------------------------------------------------------------- with real processes
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_tls_superlink_admits_a_registered_node_and_refuses_an_unregistered_one(tmp_path):
+    """Real ``flower-superlink`` / ``flower-supernode`` processes on loopback ports, TLS and node authentication
+    with :func:`make_credentials`' files: node 0 is registered (``flwr supernode register``) and goes online,
+    node 1 is not and is refused."""
+    import json
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    bindir = Path(sys.executable).parent
+    tools = {t: shutil.which(t, path=str(bindir)) or shutil.which(t)
+             for t in ("flower-superlink", "flower-supernode", "flwr")}
+    if not all(tools.values()):
+        pytest.skip("Flower's command-line tools are not installed (the federated extra)")
+    c = make_credentials(tmp_path / "certs", nodes=2)
+    port = _free_port()
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+                                      f'address = "127.0.0.1:{port}"\nroot-certificates = "{c.ca_cert}"\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
+           "PATH": os.pathsep.join([str(bindir), os.environ.get("PATH", "")])}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        procs.append(p)
+        return p
+
+    def nodes() -> list[dict[str, str]]:
+        out = subprocess.run([tools["flwr"], "supernode", "list", "local", "--format", "json"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        try:
+            return list(json.loads(out.stdout).get("nodes", []))
+        except ValueError:
+            return []
+
+    try:
+        start("superlink", [tools["flower-superlink"], *c.superlink_args(), "--disable-runtime-dependency-installation",
+                            "--host", "127.0.0.1", "--port", str(port)])
+        deadline = time.monotonic() + 60
+        registered = None
+        while registered is None and time.monotonic() < deadline:
+            r = subprocess.run([tools["flwr"], "supernode", "register", str(c.node_public_keys[0]), "local",
+                                "--format", "json"], env=env, capture_output=True, text=True, timeout=60)
+            try:
+                registered = json.loads(r.stdout).get("node-id")
+            except ValueError:
+                time.sleep(1)
+        assert registered is not None, (tmp_path / "superlink.log").read_text(errors="replace")[-2000:]
+        for k in (0, 1):
+            start(f"node-{k}", [tools["flower-supernode"], *c.supernode_args(k), "--superlink", f"127.0.0.1:{port}",
+                                "--host", "127.0.0.1", "--port", str(_free_port())])
+        deadline = time.monotonic() + 90
+        online = refused = False
+        while time.monotonic() < deadline and not (online and refused):
+            online = online or any(n.get("status") == "online" for n in nodes())
+            refused = refused or "Failed to activate SuperNode" in (tmp_path / "node-1.log").read_text(errors="replace")
+            time.sleep(1)
+        assert online, (tmp_path / "node-0.log").read_text(errors="replace")[-2000:]
+        assert refused, (tmp_path / "node-1.log").read_text(errors="replace")[-2000:]
+        assert len(nodes()) == 1  # only the registered key is known to the SuperLink
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)

@@ -9,8 +9,8 @@ SuperLink may connect. :func:`make_credentials` writes what a test or a first de
 * ``ca.crt`` / ``ca.key``: a private certificate authority (keep ``ca.key`` off the nodes);
 * ``server.crt`` / ``server.key``: the SuperLink's certificate for the given host names and addresses, signed
   by the CA;
-* ``nodes/node-K.key`` / ``nodes/node-K.pub``: one P-384 key pair per SuperNode (PEM private key, OpenSSH
-  public key).
+* ``nodes/node-K.key`` / ``nodes/node-K.pub``: one P-384 key pair per SuperNode, both in OpenSSH format
+  (what ``flower-supernode --auth-supernode-private-key`` and ``flwr supernode register`` read).
 
 Private keys are written with mode 0600. Nothing existing is overwritten. For production, use your
 organisation's CA and key management; these are for tests and first deployments.
@@ -156,7 +156,7 @@ def make_credentials(folder: str | os.PathLike[str], nodes: int, *, hosts: Seque
     for k in range(nodes):
         key = ec.generate_private_key(ec.SECP384R1())
         p, q = out / "nodes" / f"node-{k}.key", out / "nodes" / f"node-{k}.pub"
-        _write(p, key.private_bytes(pem, pkcs8, plain), True)
+        _write(p, key.private_bytes(pem, serialization.PrivateFormat.OpenSSH, plain), True)
         _write(q, key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                 serialization.PublicFormat.OpenSSH) + b"\n", False)
         priv.append(p)
