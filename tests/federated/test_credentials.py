@@ -31,7 +31,10 @@ def test_the_server_certificate_is_signed_by_the_ca_for_the_hosts(tmp_path):
                                                         ipaddress.ip_address("10.0.0.7")]
     key = serialization.load_pem_private_key(c.server_key.read_bytes(), password=None)
     assert key.public_key().public_numbers() == server.public_key().public_numbers()
-    other = make_credentials(tmp_path / "other", nodes=1)
+    other = make_credentials(tmp_path / "other", nodes=1, hosts="example.org")  # one name, not its letters
+    one = x509.load_pem_x509_certificate(other.server_cert.read_bytes())
+    assert one.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == ["example.org"]
     with pytest.raises((ValueError, InvalidSignature)):  # another CA (same name, other key) did not issue it
         server.verify_directly_issued_by(x509.load_pem_x509_certificate(other.ca_cert.read_bytes()))
 

@@ -130,6 +130,8 @@ def make_credentials(folder: str | os.PathLike[str], nodes: int, *, hosts: Seque
     for name, v in (("nodes", nodes), ("days", days)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name} is {v!r}", expected="an integer >= 1")
+    if isinstance(hosts, str):
+        hosts = (hosts,)
     if not hosts or not all(isinstance(h, str) and h for h in hosts):
         raise ConfigError(f"hosts is {list(hosts)!r}", expected="host names or IP addresses of the SuperLink")
     out = Path(folder)
