@@ -130,6 +130,7 @@ from privasr import __version__
 from privasr.config import Context, check_mapping, check_str, from_mapping, key_path, setting, to_dict
 from privasr.errors import ConfigError, InputError
 from privasr.lm.ngram.anon_classes import build_turn_texts, entity_class_map, eq2_weights
+from privasr.rescore.search import CoordinateSettings
 
 __all__ = ["AnonRunConfig", "DataSettings", "NerSettings", "PoolSettings", "AdaptationSettings", "FmaSettings",
            "LstmSettings", "FinetuneSettings", "ApproxSettings", "MixSettings", "CoordinateSearchSettings",
@@ -347,23 +348,16 @@ class MixSettings:
 
 
 @dataclass(frozen=True)
-class CoordinateSearchSettings:
+class CoordinateSearchSettings(CoordinateSettings):
     """``search``: coordinate descent of every system's weights on dev WER (ranges: ``lm``, ``word_penalty``)."""
 
-    ranges: dict[str, Any] = field(default_factory=dict)
-    max_rounds: int = setting(20, min=1)
-    coarse_points: int = setting(7, min=2)
-    restarts: int = setting(3, min=1)
-
     def __config_check__(self, where: str, ctx: Context) -> CoordinateSearchSettings:
-        from privasr.rescore.search import SearchSettings
-
-        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
-        bad = sorted(set(ranges) - {"lm", "word_penalty"})
+        checked = super().__config_check__(where, ctx)
+        bad = sorted(set(checked.ranges) - {"lm", "word_penalty"})
         if bad:
             raise ConfigError(f"config key '{where}.ranges.{bad[0]}' is not a parameter",
                               expected="lm (every LM weight) and word_penalty")
-        return dataclasses.replace(self, ranges=ranges)
+        return checked  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

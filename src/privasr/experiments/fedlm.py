@@ -87,7 +87,7 @@ strings may use ``${PRIVASR_DATA}``)::
     compare_all: true
     tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
     rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false}
-                                      # coordinate descent (coarse_points >= 2, restarts >= 0); ranges: PARAM:
+                                      # coordinate descent (coarse_points >= 2, restarts >= 1); ranges: PARAM:
                                       # [min, max, step] for lm, nnlm (every NNLM weight), word_penalty
     eval: {bootstrap_resamples: 1000, every: 0}   # every: the main run's perplexity every N rounds (0: never)
 """
@@ -109,7 +109,7 @@ from privasr.corpus.formats.earnings21_calls import read_call_ids
 from privasr.errors import ConfigError, InputError
 from privasr.federated.sampling import FederationSettings
 from privasr.rescore.lms import LMSettings, LMSpec
-from privasr.rescore.search import SearchSettings
+from privasr.rescore.search import CoordinateSettings, SearchSettings
 
 __all__ = ["FedLmRunConfig", "DataSettings", "ClientSettings", "ConfidenceSettings", "DPSettings", "TableSettings",
            "RescoreSettings", "EvalSettings", "load_fedlm_config", "run_fedlm", "MODEL_FILE"]
@@ -249,27 +249,18 @@ class TableSettings:
 
 
 @dataclass(frozen=True)
-class RescoreSettings:
+class RescoreSettings(CoordinateSettings):
     """``rescore``: the coordinate-descent weight search of N-best rescoring, and ``with_baseline``.
 
     ``ranges``: ``PARAM: [min, max, step]`` (``lm``, ``nnlm`` -- every NNLM weight --, ``word_penalty``).
     """
 
-    ranges: dict[str, Any] = field(default_factory=dict)
-    max_rounds: int = setting(20, min=1)
-    coarse_points: int = setting(7, min=2)
-    restarts: int = setting(3, min=0)
     with_baseline: bool = False
-
-    def __config_check__(self, where: str, ctx: Context) -> RescoreSettings:
-        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges  # validates
-        return replace(self, ranges=ranges)
 
     @property
     def search(self) -> SearchSettings:
         """The weight search: coordinate descent over :attr:`ranges`."""
-        return SearchSettings(method="coordinate", ranges=dict(self.ranges), max_rounds=self.max_rounds,
-                              coarse_points=self.coarse_points, restarts=self.restarts)
+        return self.settings()
 
 
 @dataclass(frozen=True)

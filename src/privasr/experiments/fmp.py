@@ -101,9 +101,9 @@ from privasr.federated.algorithms.fmp_data import (
 )
 from privasr.federated.sampling import FederationSettings
 from privasr.rescore.lms import LMSettings
-from privasr.rescore.search import SearchSettings
+from privasr.rescore.search import CoordinateSettings
 
-__all__ = ["FmpRunConfig", "FmpDataSettings", "ClientSettings", "FmpCombineSettings", "FmpSearchSettings",
+__all__ = ["FmpRunConfig", "FmpDataSettings", "ClientSettings", "FmpCombineSettings",
            "FmpSettings", "DpSettings", "HyperRow", "TablesSettings", "FmpEvalSettings", "load_fmp_config",
            "run_fmp", "simulate"]
 
@@ -157,25 +157,6 @@ class FmpCombineSettings:
 
     prior: str = setting("am", choices=("am", "rank", "uniform"))
     first_pass_lm: bool = True
-
-
-@dataclass(frozen=True)
-class FmpSearchSettings:
-    """``search``: coordinate descent of the baseline's weights on dev (:class:`SearchSettings` with FMP's limits)."""
-
-    ranges: dict[str, Any] = field(default_factory=dict)
-    max_rounds: int = setting(20, min=1)
-    coarse_points: int = setting(7, min=2)
-    restarts: int = setting(3, min=1)
-
-    def __config_check__(self, where: str, ctx: Context) -> FmpSearchSettings:
-        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
-        return dataclasses.replace(self, ranges=ranges)
-
-    def settings(self) -> SearchSettings:
-        """The :class:`~privasr.rescore.search.SearchSettings` these stand for (always coordinate descent)."""
-        return SearchSettings(method="coordinate", ranges=dict(self.ranges), max_rounds=self.max_rounds,
-                              coarse_points=self.coarse_points, restarts=self.restarts)
 
 
 _ALGORITHM_KEYS = ("alpha", "beta", "sigma", "smoothing", "refresh", "send", "order", "beta2", "smoothing2")
@@ -319,7 +300,7 @@ class FmpRunConfig:
     background: str | None = None
     cache_dir: Path | None = None
     combine: FmpCombineSettings = field(default_factory=FmpCombineSettings)
-    search: FmpSearchSettings = field(default_factory=FmpSearchSettings)
+    search: CoordinateSettings = field(default_factory=CoordinateSettings)
     oracle_cache: bool = False
     fmp: FmpSettings = field(default_factory=FmpSettings)
     lam_grid: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)

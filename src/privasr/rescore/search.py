@@ -32,6 +32,7 @@ The search functions take only a dev :class:`DevObjective`: test data cannot inf
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from privasr.config import check_mapping, check_number, setting
+from privasr.config import check_mapping, check_number, from_mapping, setting
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
 from privasr.metrics.wer import error_rate
@@ -58,6 +59,7 @@ __all__ = [
     "tune",
     "METHODS",
     "SearchSettings",
+    "CoordinateSettings",
     "default_ranges",
     "build_space",
     "sub_system_start",
@@ -495,6 +497,32 @@ class SearchSettings:
         if self.method != "coordinate":
             return {}
         return {"max_rounds": self.max_rounds, "coarse_points": self.coarse_points, "restarts": self.restarts}
+
+
+@dataclass(frozen=True)
+class CoordinateSettings:
+    """A runner's weight search when it is always coordinate descent on dev (``fmp``, ``fedlm``, ``anon``):
+    ``ranges`` (checked as :class:`SearchSettings` checks them), ``max_rounds``, ``coarse_points`` (at least 2)
+    and ``restarts``. :meth:`settings` gives the :class:`SearchSettings` it stands for.
+
+    >>> from privasr.config import from_mapping
+    >>> from_mapping(CoordinateSettings, {"ranges": {"lm": [0, 1, 0.5]}}, "search").settings().ranges
+    {'lm': (0.0, 1.0, 0.5)}
+    """
+
+    ranges: dict[str, Any] = field(default_factory=dict)
+    max_rounds: int = setting(20, min=1)
+    coarse_points: int = setting(7, min=2)
+    restarts: int = setting(3, min=1)
+
+    def __config_check__(self, where: str, ctx: Any) -> CoordinateSettings:
+        ranges = from_mapping(SearchSettings, {"ranges": self.ranges}, where, ctx).ranges
+        return dataclasses.replace(self, ranges=ranges)
+
+    def settings(self) -> SearchSettings:
+        """The :class:`SearchSettings` these stand for (method ``coordinate``)."""
+        return SearchSettings(method="coordinate", ranges=dict(self.ranges), max_rounds=self.max_rounds,
+                              coarse_points=self.coarse_points, restarts=self.restarts)
 
 
 def default_ranges(prior: str) -> dict[str, tuple[float, float, float]]:
