@@ -729,7 +729,7 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
 
     res = run_on(fed.backend, alg, clients, options=fed.backend_options,
                  checkpoint_dir=ckpt, on_round=on_round, rounds=cfg.rounds,
-                 sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients, privacy=privacy)
+                 sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients, privacy=privacy, secagg=fed.secagg)
     priv: dict[str, Any] = {}
     if privacy is not None:
         priv = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta),

@@ -493,11 +493,12 @@ def _privacy(dp: Mapping[str, Any] | None, composition: str) -> Any:
 def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam: float, rounds: int, *, seed: int,
              dp: Mapping[str, Any] | None = None, sampler: Any = None, backend: Any = None, min_clients: int = 1,
              checkpoint_dir: Path | None = None, flower_options: Mapping[str, Any] | None = None,
-             shift: int = 0, bigram: Any = None, normalizer: Any = None
+             shift: int = 0, bigram: Any = None, normalizer: Any = None, secagg: Any = None
              ) -> tuple[dict[str, int], list[Any], dict[str, Any]]:
     """Run FMP over ``clients`` for ``rounds + 1`` rounds; return ``{utt_id: chosen index}``, the round history
     and privacy figures (``epsilon``, ``delta`` when ``dp`` is set). ``backend`` is a backend object, ``None``
-    (local) or ``"flower"`` (:func:`~privasr.federated.backends.flower.run_flower` with ``flower_options``)."""
+    (local) or ``"flower"`` (:func:`~privasr.federated.backends.flower.run_flower` with ``flower_options``;
+    ``secagg``: its secure aggregation settings)."""
     from privasr.federated.algorithms.fmp import FmpAlgorithm, FmpConfig
     from privasr.federated.backends import run_on
     from privasr.federated.sampling import AllClients
@@ -508,7 +509,7 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     privacy = _privacy(dp, conf.privacy_composition())
     res = run_on(backend, alg, clients, options=flower_options if backend == "flower" else None,
                  checkpoint_dir=checkpoint_dir, rounds=rounds + 1, sampler=sampler or AllClients(), seed=seed,
-                 min_clients=min_clients, privacy=privacy)
+                 min_clients=min_clients, privacy=privacy, secagg=secagg)
     chosen: dict[str, int] = {}
     for i, c in enumerate(clients):
         # groups a client has not rescored yet (it missed rounds under sampling) are rescored on the device
@@ -574,7 +575,7 @@ def run_test(cfg: FmpRunConfig, p: _Prepared, test_clients: Sequence[Any], tuned
         return simulate(test_clients, p.u, tuned.fmp, tuned.lam, cfg.fmp.rounds, seed=cfg.seed, dp=cfg.dp_mapping(),
                         sampler=fed.make_sampler(), backend=backend, min_clients=fed.min_clients,
                         checkpoint_dir=out / "checkpoint", flower_options=fed.backend_options, shift=tuned.shift,
-                        bigram=p.bigram, normalizer=norm)
+                        bigram=p.bigram, normalizer=norm, secagg=fed.secagg)
     finally:
         if backend != "flower":
             backend.close()

@@ -570,7 +570,7 @@ def _federate(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path, sampler: A
     t0 = time.perf_counter()
     res = run_on(fed.backend, alg, clients, options=fed.backend_options, checkpoint_dir=out / "checkpoint" / name,
                  on_round=on_round, rounds=cfg.rounds, sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients,
-                 key={"experiment": _training_key(cfg), "variant": name, "ftl": ftl_cfg.to_dict(), "clients": key})
+                 secagg=fed.secagg, key={"experiment": _training_key(cfg), "variant": name, "ftl": ftl_cfg.to_dict(), "clients": key})
     losses = [float(h.metrics["valid_loss"]) for h in res.history]
     ev = _evaluate(alg, res.state["params"], data.test, cfg)
     return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),

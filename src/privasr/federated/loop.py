@@ -198,16 +198,26 @@ def run_federated(
         picked = np.asarray(sampler.sample(n, r, seed), dtype=np.int64)
         tasks = [ClientTask(slot, int(i), clients[int(i)], client_states.get(int(i)), client_seed(seed, r, int(i), slot))
                  for slot, i in enumerate(picked)]
-        acc, reported, dropped, new_states, client_s = _gather(
-            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
+        secure = getattr(backend, "secagg", None)  # a backend that sums updates securely (SecAgg+)
+        shares = (min_clients, 0) if secure is not None and privacy is not None and secure.noise == "distributed" \
+            else None
+        if secure is None:
+            acc, reported, dropped, new_states, client_s = _gather(
+                algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
+        else:
+            noise = None if shares is None else (privacy.mechanism.to_spec(), shares[0])  # type: ignore[union-attr]
+            outs, acc, clipped = backend.run_secure(algorithm, payload, tasks, client_timeout, noise)
+            _, reported, dropped, new_states, client_s = _gather(algorithm, outs, r, summed=True)
         if reported < min_clients:
             raise FederatedError(f"round {r}: only {reported} of {len(tasks)} sampled clients reported "
                                  f"(min_clients={min_clients}); dropped: {dropped}")
         for i, (_, s) in new_states.items():
             client_states[i] = s
-        metrics: dict[str, Any] = {}
+        metrics: dict[str, Any] = {} if secure is None else {"secagg_clipped": float(clipped)}
         if privacy is not None:
-            acc, metrics = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r)
+            acc, dp = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r,
+                                 None if shares is None else (shares[0], reported))
+            metrics.update(dp)
         state, m = algorithm.server_update(state, acc, r, np.random.default_rng([seed, r, 4]))
         metrics = {**dict(m or {}), **metrics}
         entry = RoundLog(r, len(tasks), reported, dropped, metrics, time.perf_counter() - t0, client_s)
@@ -237,13 +247,14 @@ def _load_checkpoint(ckpt: Path, run_key: str, privacy: PrivacySettings | None
     return start, state, client_states, history
 
 
-def _gather(algorithm: Any, outcomes: Iterable[Any], r: int
+def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False
             ) -> tuple[Any, int, dict[str, str], dict[int, tuple[int, Any]], float]:
     """Fold round ``r``'s successful updates into the accumulator as they arrive and log the dropped clients.
 
     Returns the accumulator, the number of clients that reported, the dropped ones (``"slot:index"`` -> why),
     each reporting client's new state with the slot it came from (the first slot of a client drawn twice) and
-    the clients' summed seconds.
+    the clients' summed seconds. ``summed``: the backend summed the updates securely, so a successful outcome
+    carries no update (the accumulator returned is then ``None``).
     """
     acc = None
     dropped: dict[str, str] = {}
@@ -252,11 +263,12 @@ def _gather(algorithm: Any, outcomes: Iterable[Any], r: int
     client_s = 0.0
     for out in outcomes:
         client_s += out.seconds
-        if not out.ok:
+        if not (out.error is None if summed else out.ok):
             dropped[f"{out.slot}:{out.index}"] = out.error or "no update"
             log.warning("round %d: client %d (slot %d) dropped: %s", r, out.index, out.slot, out.error)
             continue
-        acc = algorithm.accumulate(acc, out.update)
+        if not summed:
+            acc = algorithm.accumulate(acc, out.update)
         reported += 1
         if out.index not in new_states or out.slot < new_states[out.index][0]:
             new_states[out.index] = (out.slot, out.state)
@@ -264,15 +276,31 @@ def _gather(algorithm: Any, outcomes: Iterable[Any], r: int
 
 
 def _privatise(acc: Any, algorithm: Any, privacy: PrivacySettings, sampler: Any, population: int, sample_size: int,
-               seed: int, r: int) -> tuple[SumAccumulator, dict[str, Any]]:
+               seed: int, r: int, shares: tuple[int, int] | None = None) -> tuple[SumAccumulator, dict[str, Any]]:
     """Round ``r``'s accumulated sum with the mechanism's noise (added once), the accountant stepped, and the
-    metrics ``epsilon`` and ``delta`` spent so far."""
+    metrics ``epsilon`` and ``delta`` spent so far.
+
+    ``shares = (parts, received)``: the clients added the noise themselves, each a ``1/parts`` share, and
+    ``received`` shares are in the sum; nothing more is added, and the accountant is stepped with the
+    mechanism those shares make (:meth:`~privasr.privacy.dp.mechanisms.GaussianMechanism.with_shares`).
+    """
     if not isinstance(acc, SumAccumulator):
         raise FederatedError(f"{type(algorithm).__name__} does not accumulate into a SumAccumulator; "
                              "differential privacy needs one to add noise to")
-    acc = acc.add_noise(privacy.mechanism, np.random.default_rng([seed, r, 2]))
-    _account(privacy, sampler, population, sample_size, r)
-    return acc, {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta)}
+    mechanism = privacy.mechanism
+    if shares is None:
+        acc = acc.add_noise(mechanism, np.random.default_rng([seed, r, 2]))
+    else:
+        parts, received = shares
+        if received < parts:
+            raise FederatedError(f"round {r}: only {received} of the {parts} noise shares arrived")
+        acc = SumAccumulator(acc.arrays, acc.weight, acc.count, acc.metrics, acc.noised + 1)
+        mechanism = mechanism.with_shares(parts, received)
+    _account(privacy, mechanism, sampler, population, sample_size, r)
+    out = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta)}
+    if shares is not None:
+        out["noise_shares"] = float(shares[1])
+    return acc, out
 
 
 def _save_checkpoint(ckpt: Path, run_key: str, rounds_done: int, state: Any, client_states: Mapping[int, Any],
@@ -284,12 +312,13 @@ def _save_checkpoint(ckpt: Path, run_key: str, rounds_done: int, state: Any, cli
                      "accountant": privacy.accountant.state_dict() if privacy is not None else None})
 
 
-def _account(privacy: PrivacySettings, sampler: Any, population: int, sample_size: int, r: int) -> None:
+def _account(privacy: PrivacySettings, mechanism: Any, sampler: Any, population: int, sample_size: int,
+             r: int) -> None:
     from privasr.privacy.dp.accounting import round_event
 
     if privacy.composition == "parallel":
         if r == 0 or not privacy.accountant.events:
-            privacy.accountant.step(privacy.mechanism.dp_event())
+            privacy.accountant.step(mechanism.dp_event())
         return
     kind = sampler.kind
     params: dict[str, Any] = {}
@@ -297,5 +326,5 @@ def _account(privacy: PrivacySettings, sampler: Any, population: int, sample_siz
         params["sampling_probability"] = sampler.sampling_probability(population)
     elif kind in ("without_replacement", "with_replacement"):
         params.update(sample_size=int(sampler.n), population=population)
-    event = round_event(privacy.mechanism.dp_event(), kind, **params)
+    event = round_event(mechanism.dp_event(), kind, **params)
     privacy.accountant.step(event)

@@ -37,6 +37,7 @@ import numpy as np
 
 from privasr.config import setting
 from privasr.errors import ConfigError
+from privasr.federated.secagg import SecAggSettings
 
 __all__ = [
     "Sampler",
@@ -384,7 +385,8 @@ class FederationSettings:
     """A runner config's ``federated`` section (schema of :mod:`privasr.config`), every key optional.
 
     ``backend``: ``local`` | ``ray`` | ``flower``; ``backend_options``: passed to the backend; ``sampler``:
-    ``all`` or a sampler spec (:func:`make_sampler`); ``min_clients``: fewer sampled clients skip the round.
+    ``all`` or a sampler spec (:func:`make_sampler`); ``min_clients``: fewer sampled clients skip the round;
+    ``secagg``: secure aggregation (:class:`~privasr.federated.secagg.SecAggSettings`; ``flower`` only).
 
     >>> from privasr.config import from_mapping
     >>> from_mapping(FederationSettings, {"sampler": {"kind": "poisson", "rate": 0.2}}, "federated").make_sampler()
@@ -395,8 +397,13 @@ class FederationSettings:
     backend_options: dict[str, Any] = field(default_factory=dict)
     sampler: Any = "all"
     min_clients: int = setting(1, min=1)
+    secagg: SecAggSettings = field(default_factory=SecAggSettings)
 
     def __config_check__(self, where: str, ctx: Any) -> None:
+        if self.secagg.enabled and self.backend != "flower":
+            raise ConfigError(f"config key '{where}.secagg.enabled': secure aggregation on the {self.backend} "
+                              "backend", expected="backend: flower (SecAgg+ runs between Flower's ServerApp and "
+                                                  "ClientApps)")
         try:
             self.make_sampler()
         except ConfigError as e:

@@ -79,6 +79,7 @@ import torch.nn.functional as F
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
 from privasr.federated.core import SumAccumulator, Update
+from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.lm.neural.models import NeuralLMConfig, build_model
 from privasr.lm.neural.train import make_batch
@@ -391,6 +392,27 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         """The weighted sum: ``acc + update.weight * delta`` (weights summed unscaled)."""
         acc = SumAccumulator.empty() if acc is None else acc
         return acc.add(update, scale=update.weight)
+
+    def secure_bound(self, bound: float | None) -> float:
+        """The bound of every coordinate of a delta under secure aggregation: ``bound``, by default
+        ``clip_norm`` (an L2 bound is also one on every coordinate); secure aggregation needs ``clip_norm``."""
+        if self.config.clip_norm is None:
+            raise ConfigError("secure aggregation of fedlm deltas without clip_norm",
+                              expected="clip_norm set: the deltas must be bounded to be quantised for SecAgg+")
+        return float(self.config.clip_norm if bound is None else bound)
+
+    def secure_summand(self, update: Update, bound: float | None) -> Summand:
+        """The clipped delta (uniform weighting, which ``clip_norm`` implies), the weight 1 and the token and
+        clipping counts as scalars (the loss is not sent: a DP run does not publish it)."""
+        b = self.secure_bound(bound)
+        metrics = {k: (float(update.metrics.get(k, 0.0)), SCALAR_BOUND) for k in ("tokens", "clipped")}
+        return summand_of(update.arrays, b, weight=(float(update.weight), 1.0), metrics=metrics)
+
+    def from_secure_sum(self, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
+                        count: int) -> SumAccumulator:
+        """The accumulator :meth:`accumulate` would have built from the same clients."""
+        return SumAccumulator(dict(arrays), float(scalars.get("weight", 0.0)), int(count),
+                              {k: float(scalars.get(k, 0.0)) for k in ("tokens", "clipped")})
 
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:

@@ -111,6 +111,7 @@ import numpy as np
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import config_from_dict
 from privasr.federated.core import SumAccumulator, Update
+from privasr.federated.secagg import SCALAR_BOUND, Summand
 
 __all__ = [
     "FmpUtterance",
@@ -127,6 +128,9 @@ __all__ = [
     "SEND",
     "DP_UNITS",
 ]
+
+SECAGG_COUNT_BOUND = 4096
+"""The default bound of one word's count from one client in one round under secure aggregation."""
 
 REFRESH = ("utterance", "round")
 """When the personal cache is updated: after every utterance, or at the end of the client's round."""
@@ -756,6 +760,34 @@ class FmpAlgorithm:
         acc = SumAccumulator.empty() if acc is None else acc
         return acc.add_sparse("counts", self.vocab_size, update.arrays["ids"], update.arrays["counts"],
                               weight=update.weight, metrics=update.metrics)
+
+    def secure_bound(self, bound: float | None) -> float:
+        """The bound of a client's (kernel-weighted) count of one word in one round under secure aggregation
+        (default :data:`SECAGG_COUNT_BOUND`); larger counts are clipped on the client."""
+        return float(SECAGG_COUNT_BOUND if bound is None else bound)
+
+    def secure_summand(self, update: Update, bound: float | None) -> Summand:
+        """The update for secure aggregation: its counts dense over the vocabulary (``V`` values instead of the
+        sparse ids; SecAgg+ can only sum vectors of one shape), and ``utterances``/``changed`` as scalars.
+
+        >>> alg = FmpAlgorithm(FmpConfig(), np.full(4, 0.25))
+        >>> u = Update({"ids": np.array([1, 3]), "counts": np.array([2.0, 1.0])}, 3.0, {"utterances": 1.0})
+        >>> alg.secure_summand(u, None).arrays["counts"].tolist()
+        [0.0, 2.0, 0.0, 1.0]
+        """
+        if set(update.arrays) != {"ids", "counts"}:
+            raise InputError(f"FMP update with arrays {sorted(update.arrays)}", expected="['counts', 'ids']")
+        dense = SumAccumulator.empty().add_sparse("counts", self.vocab_size, update.arrays["ids"],
+                                                  update.arrays["counts"]).arrays["counts"]
+        metrics = {k: (float(update.metrics.get(k, 0.0)), SCALAR_BOUND) for k in ("utterances", "changed")}
+        return Summand({"counts": dense}, {"counts": self.secure_bound(bound)}, metrics)
+
+    def from_secure_sum(self, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
+                        count: int) -> SumAccumulator:
+        """The accumulator :meth:`accumulate` would have built from the same clients (weight: the counts' sum)."""
+        counts = np.asarray(arrays["counts"], dtype=np.float64)
+        return SumAccumulator({"counts": counts}, float(counts.sum()), int(count),
+                              {k: float(scalars.get(k, 0.0)) for k in ("utterances", "changed")})
 
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:

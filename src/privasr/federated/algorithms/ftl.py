@@ -62,6 +62,7 @@ from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
 from privasr.federated.core import SumAccumulator, Update
+from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.federated.weighting import WEIGHT_KINDS, WeightedMean
 from privasr.privacy.dp.clip import global_norm
@@ -317,6 +318,31 @@ class FtlAlgorithm(TorchModelAlgorithm):
             acc.metrics[k] = acc.metrics.get(k, 0.0) + float(v)
         return acc
 
+    def secure_bound(self, bound: float | None) -> float:
+        """The bound of every coordinate of a client's weighted delta under secure aggregation: FTL's deltas
+        have no natural one, so ``federated.secagg.bound`` must be set."""
+        if bound is None:
+            raise ConfigError("secure aggregation of FTL deltas without federated.secagg.bound",
+                              expected="a bound on every coordinate of a client's (weighted) delta")
+        return float(bound)
+
+    def secure_summand(self, update: Update, bound: float | None) -> Summand:
+        """``w * delta`` with the weight ``w`` (target units, 1, or ``exp(-loss / T)`` for softmax weighting,
+        computed on the client) and the loss and unit counts as scalars."""
+        b = self.secure_bound(bound)
+        loss = float(update.metrics.get("loss", 0.0))
+        w, w_bound = {"count": (float(update.weight), SCALAR_BOUND), "uniform": (1.0, 1.0),
+                      "softmax": (math.exp(-max(loss, 0.0) / self.config.temperature), 1.0)}[self.config.weighting]
+        arrays = {k: w * np.asarray(v, dtype=np.float64) for k, v in update.arrays.items()}
+        metrics = {"loss": (loss, 1024.0), "units": (float(update.metrics.get("units", 0.0)), SCALAR_BOUND)}
+        return summand_of(arrays, b, weight=(w, w_bound), metrics=metrics)
+
+    def from_secure_sum(self, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
+                        count: int) -> SumAccumulator:
+        """A :class:`~privasr.federated.core.SumAccumulator` of the weighted deltas (softmax weighting too)."""
+        return SumAccumulator(dict(arrays), float(scalars.get("weight", 0.0)), int(count),
+                              {k: float(scalars.get(k, 0.0)) for k in ("loss", "units")})
+
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | SoftmaxAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:
         """The weighted mean of the deltas, one server optimiser step, then ``replay_steps`` replay steps."""
@@ -332,7 +358,9 @@ class FtlAlgorithm(TorchModelAlgorithm):
         else:
             if acc.weight <= 0:
                 return {"params": dict(params), "opt": state["opt"]}, {**metrics, "update_norm": 0.0}
-            delta = acc.mean() if self.config.weighting == "count" else {k: v / count for k, v in acc.arrays.items()}
+            # uniform: the plain sum / count; count (and softmax under secure aggregation): weighted mean
+            delta = {k: v / count for k, v in acc.arrays.items()} if self.config.weighting == "uniform" \
+                else acc.mean()
         metrics["update_norm"] = global_norm(delta)
         new, opt = self.optimizer.step(params, delta, state["opt"])
         new = {k: np.asarray(v, dtype=np.float32) for k, v in new.items()}

@@ -39,7 +39,7 @@ def make_backend(name: str | None = None, **options: Any) -> Any:
 
 
 def run_on(backend: Any, algorithm: Any, clients: Any, *, options: dict[str, Any] | None = None,
-           checkpoint_dir: Any = None, on_round: Any = None, **loop: Any) -> Any:
+           checkpoint_dir: Any = None, on_round: Any = None, secagg: Any = None, **loop: Any) -> Any:
     """Run the federated loop on ``backend`` and return its :class:`~privasr.federated.loop.FederatedResult`.
 
     ``backend`` is ``"flower"`` (Flower's simulation engine runs the loop in a ServerApp:
@@ -48,13 +48,18 @@ def run_on(backend: Any, algorithm: Any, clients: Any, *, options: dict[str, Any
     With ``checkpoint_dir`` the run checkpoints every round and resumes from it (on Flower the clients' states
     stay in files of their nodes, under ``checkpoint_dir/nodes`` unless ``options`` say otherwise). ``loop`` is
     the rest of :func:`~privasr.federated.loop.run_federated`'s arguments (``rounds``, ``sampler``, ``seed``,
-    ``min_clients``, ``privacy``).
+    ``min_clients``, ``privacy``). ``secagg``: secure aggregation
+    (:class:`~privasr.federated.secagg.SecAggSettings`), which only ``"flower"`` provides.
     """
     if backend == "flower":
         from privasr.federated.backends.flower import run_flower
 
         return run_flower(algorithm, list(clients), on_round=on_round, checkpoint_dir=checkpoint_dir,
-                          resume=checkpoint_dir is not None, **loop, **{"mode": "simulation", **(options or {})})
+                          resume=checkpoint_dir is not None, secagg=secagg, **loop,
+                          **{"mode": "simulation", **(options or {})})
+    if secagg is not None and getattr(secagg, "enabled", False):
+        raise ConfigError(f"secure aggregation on the {backend or 'local'} backend",
+                          expected="the flower backend (SecAgg+ runs between Flower's ServerApp and ClientApps)")
     from privasr.federated.loop import run_federated
 
     own = backend is None or isinstance(backend, str)

@@ -87,6 +87,14 @@ from typing import Any
 import numpy as np
 
 from privasr.errors import ConfigError, InputError
+from privasr.federated.backends.flower_secagg import (
+    SECURE,
+    decode_round,
+    node_secure_reply,
+    outcomes_of,
+    secure_round,
+    secure_task,
+)
 from privasr.federated.core import ClientOutcome, ClientTask, FederatedError, Update, run_client
 from privasr.federated.loop import (
     CHECKPOINT_NAME,
@@ -96,6 +104,7 @@ from privasr.federated.loop import (
     check_run_arguments,
     run_federated,
 )
+from privasr.federated.secagg import SecAggSettings
 from privasr.federated.tree import flatten, load_tree, save_tree, unflatten
 
 __all__ = [
@@ -105,6 +114,7 @@ __all__ = [
     "make_server_app",
     "deployment_server_app",
     "discover_nodes",
+    "check_secagg",
     "pack_tree",
     "unpack_tree",
     "FLOWER_MODES",
@@ -210,10 +220,16 @@ def _node_train(message: Any, context: Any, data_path: str, state_dir: str | Non
     try:
         state = store.adopt(list(task["accepted"]), epoch)
     except _LostState as e:  # the server named a state this node does not have: never guess one
+        if SECURE in message.content:  # the node drops out of the secure round, naming why
+            raise FederatedError(str(e)) from None
         for slot in slots:
             out[f"privasr.result.{slot}"] = ConfigRecord({"error": str(e), "seconds": 0.0})
         return Message(out, reply_to=message)
     payload = _get_tree(message.content, "privasr.payload")
+    secure = message.content.get(SECURE)
+    updates: dict[int, Update] = {}
+    failures: dict[int, tuple[str, float]] = {}
+    seconds: dict[int, float] = {}
     for slot in slots:
         seed = tuple(int(v) for v in task[f"seed.{slot}"])
         t0 = time.perf_counter()
@@ -221,16 +237,21 @@ def _node_train(message: Any, context: Any, data_path: str, state_dir: str | Non
             update, new_state = run_client(algorithm, payload, ClientTask(slot, index, clients[index], state, seed))
             store.put(_state_name(epoch, slot), new_state)  # pending until the server names it
         except Exception as e:  # reported to the server; the node keeps its state
-            out[f"privasr.result.{slot}"] = ConfigRecord({"error": describe_failure(e, with_message=False),
-                                                          "seconds": time.perf_counter() - t0})
+            failures[slot] = (describe_failure(e, with_message=False), time.perf_counter() - t0)
             continue
-        dt = time.perf_counter() - t0
+        updates[slot], seconds[slot] = update, time.perf_counter() - t0
+    if secure is not None:  # Flower's secaggplus_mod masks what this returns
+        seeds = {slot: [int(v) for v in task[f"seed.{slot}"]] for slot in slots}
+        return Message(node_secure_reply(algorithm, updates, failures, seconds, secure, seeds), reply_to=message)
+    for slot, (why, dt) in failures.items():
+        out[f"privasr.result.{slot}"] = ConfigRecord({"error": why, "seconds": dt})
+    for slot, update in updates.items():
         arrays = ArrayRecord()
         for k, a in update.arrays.items():
             arrays[k] = _array(a)
         out[f"privasr.update.{slot}"] = arrays
         out[f"privasr.metrics.{slot}"] = MetricRecord(dict(update.metrics))
-        out[f"privasr.result.{slot}"] = ConfigRecord({"weight": float(update.weight), "seconds": dt})
+        out[f"privasr.result.{slot}"] = ConfigRecord({"weight": float(update.weight), "seconds": seconds[slot]})
     return Message(out, reply_to=message)
 
 
@@ -357,8 +378,12 @@ def _node_state(message: Any, context: Any, state_dir: str | None) -> Any:
     return Message(out, reply_to=message)
 
 
-def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathLike[str] | None = None) -> Any:
+def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathLike[str] | None = None, *,
+                    secure: bool = False) -> Any:
     """A ``ClientApp`` serving the clients pickled at ``data_path`` as ``(algorithm, clients)``.
+
+    ``secure=True`` adds Flower's ``secaggplus_mod``, for runs with secure aggregation (every ``train`` message
+    is then a SecAgg+ stage).
 
     Each SuperNode serves ``clients[context.node_config["partition-id"]]``; the file is read once per process.
     A checkpointed run keeps each client's states in files under the node's own folder: its node config's
@@ -370,7 +395,12 @@ def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathL
 
     path = str(data_path)
     folder = None if state_dir is None else str(state_dir)
-    app = ClientApp()
+    if secure:
+        from flwr.client.mod import secaggplus_mod
+
+        app = ClientApp(mods=[secaggplus_mod])
+    else:
+        app = ClientApp()
 
     @app.train()
     def train(message: Any, context: Any) -> Any:
@@ -476,12 +506,14 @@ class GridBackend:
     name = "flower"
 
     def __init__(self, grid: Any, nodes: Mapping[int, int], poll: float = 0.2, *, first_round: int = 0,
-                 run_id: str = "") -> None:
+                 run_id: str = "", secagg: SecAggSettings | None = None) -> None:
         self.grid = grid
         self.nodes = dict(nodes)
         self.poll = poll
         self.epoch = int(first_round)  # the round of the next run()
         self.run_id = run_id
+        self.secagg = secagg if secagg is not None and secagg.enabled else None
+        self.last_secure: Any = None  # the last secure round's protocol outcome (stage timings, dropouts)
 
     def _task_record(self, index: int, epoch: int, token: Any, slots: Sequence[ClientTask] = ()) -> Any:
         from flwr.app import ConfigRecord
@@ -528,6 +560,51 @@ class GridBackend:
             dt = time.monotonic() - t0
             for t in ts:
                 yield ClientOutcome(t.slot, t.index, error=f"timed out ({dt:.3g} s > {timeout:g} s)", seconds=dt)
+
+    def run_secure(self, algorithm: Any, payload: Any, tasks: Sequence[ClientTask], timeout: float | None = None,
+                   noise: tuple[Mapping[str, Any], int] | None = None) -> tuple[list[ClientOutcome], Any, float]:
+        """One round with secure aggregation (:mod:`~privasr.federated.backends.flower_secagg`).
+
+        Returns the per-slot outcomes (a successful slot carries its state token but no update: the server
+        never sees one), the round's accumulator built from the unmasked sum (``None`` when nothing was
+        summed) and the number of values the clients clipped to the bound. ``noise``: the mechanism's spec and
+        the number of shares, when each client adds a share of the DP noise.
+        """
+        _flwr()
+        from flwr.app import RecordDict
+
+        assert self.secagg is not None
+        epoch = self.epoch
+        self.epoch += 1
+        by_client: dict[int, list[ClientTask]] = {}
+        for t in tasks:
+            by_client.setdefault(t.index, []).append(t)
+        if len(by_client) < self.secagg.min_cohort:
+            why = f"not aggregated: the round's cohort of {len(by_client)} clients is below min_cohort=" \
+                  f"{self.secagg.min_cohort}"
+            return [ClientOutcome(t.slot, t.index, error=why) for t in tasks], None, 0.0
+        payload_config, payload_arrays = pack_tree(payload)
+        secure = secure_task(self.secagg, algorithm, noise)
+        contents: dict[int, Any] = {}
+        by_node: dict[int, list[ClientTask]] = {}
+        outs: list[ClientOutcome] = []
+        for index, ts in by_client.items():
+            node = self.nodes.get(index)
+            if node is None:
+                outs.extend(ClientOutcome(t.slot, t.index, error="vanished: its SuperNode could not be reached")
+                            for t in ts)
+                continue
+            contents[node] = RecordDict({"privasr.task": self._task_record(index, epoch, ts[0].state, ts),
+                                         "privasr.payload.tree": payload_config,
+                                         "privasr.payload.arrays": payload_arrays, SECURE: secure})
+            by_node[node] = ts
+        wait = self.secagg.timeout if self.secagg.timeout is not None else timeout
+        result = secure_round(self.grid, contents, self.secagg, epoch, timeout=wait,
+                              max_slots=max((len(ts) for ts in by_node.values()), default=1))
+        self.last_secure = result
+        more, count, layouts = outcomes_of(result, by_node, epoch, _token)
+        acc, clipped = decode_round(algorithm, result, layouts, count)
+        return outs + more, acc, clipped
 
     @staticmethod
     def _outcomes(reply: Any, tasks: Sequence[ClientTask], epoch: int) -> list[ClientOutcome]:
@@ -617,6 +694,7 @@ class _ServerSpec:
     checkpoint_dir: str | None = None  # absolute: the ServerApp may run in another process
     resume: bool = False
     key: Any = None
+    secagg: SecAggSettings | None = None
 
 
 def _checkpoint_round(path: Path) -> int:
@@ -633,6 +711,8 @@ def _serve(grid: Any, spec: _ServerSpec) -> FederatedResult:
     # a Flower checkpoint holds references to states on the nodes, not the states: it cannot continue on
     # local or ray (nor they on Flower), so the backend is part of the run's identity
     key = {"backend": "flower", "key": spec.key}
+    if spec.secagg is not None and spec.secagg.enabled:  # another aggregation is another run
+        key["secagg"] = spec.secagg.to_dict()
     run_id, first_round = "", 0
     if spec.checkpoint_dir is not None:
         run_id = hashlib.sha256(_run_key(spec.algorithm, spec.n_clients, spec.sampler, spec.seed, spec.privacy,
@@ -641,7 +721,7 @@ def _serve(grid: Any, spec: _ServerSpec) -> FederatedResult:
             first_round = _checkpoint_round(Path(spec.checkpoint_dir) / CHECKPOINT_NAME)
     nodes = discover_nodes(grid, spec.n_clients, spec.node_wait, spec.poll,
                            need_state_dir=spec.checkpoint_dir is not None)
-    backend = GridBackend(grid, nodes, poll=spec.poll, first_round=first_round, run_id=run_id)
+    backend = GridBackend(grid, nodes, poll=spec.poll, first_round=first_round, run_id=run_id, secagg=spec.secagg)
     result = run_federated(spec.algorithm, [None] * spec.n_clients, rounds=spec.rounds, sampler=spec.sampler,
                            backend=backend, seed=spec.seed, min_clients=spec.min_clients,
                            client_timeout=spec.client_timeout, privacy=spec.privacy,
@@ -722,6 +802,7 @@ def run_flower(
     run_timeout: float | None = None,
     quiet: bool = True,
     keep_workdir: bool = False,
+    secagg: SecAggSettings | None = None,
 ) -> FederatedResult:
     """Run ``rounds`` rounds of ``algorithm`` over ``clients`` through Flower (see the module docstring).
 
@@ -754,12 +835,16 @@ def run_flower(
         run_timeout: deployment only: seconds the whole run may take (``None``: no limit).
         quiet: keep Flower's log messages below ERROR out of the console during the run.
         keep_workdir: deployment only: keep the temporary folder (app, pickles, logs) even after a success.
+        secagg: secure aggregation (:class:`~privasr.federated.secagg.SecAggSettings` with ``enabled=True``):
+            every round's updates are summed with Flower's SecAgg+, so the server sees only the sum; with
+            ``noise="distributed"`` each client adds a share of ``privacy``'s noise.
 
     Returns:
         A :class:`~privasr.federated.loop.FederatedResult` like :func:`~privasr.federated.loop.run_federated`'s.
     """
     _check_flower_arguments(clients, rounds, min_clients, client_timeout, checkpoint_dir, node_state_dir,
                             mode, on_round, backend_config)
+    secagg = check_secagg(secagg, algorithm, sampler, len(clients), privacy)
     ckpt, nodes_dir = _state_dirs(checkpoint_dir, node_state_dir)
     _flwr()
     from privasr.federated.backends.ray import ship_by_value
@@ -769,7 +854,7 @@ def run_flower(
                   *((privacy.mechanism, privacy.accountant) if privacy is not None else ()))
     spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout, privacy,
                        on_round, collect_client_states, float(node_wait), 0.2,
-                       None if ckpt is None else str(ckpt), bool(resume), key)
+                       None if ckpt is None else str(ckpt), bool(resume), key, secagg)
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     if quiet:
@@ -795,6 +880,35 @@ def _check_flower_arguments(clients: Sequence[Any], rounds: Any, min_clients: An
         raise ConfigError("backend_config configures the simulation engine", expected='mode="simulation"')
     if node_state_dir is not None and checkpoint_dir is None:
         raise ConfigError("node_state_dir is where nodes keep states for a resumed run", expected="checkpoint_dir")
+
+
+def check_secagg(secagg: Any, algorithm: Any, sampler: Any, n_clients: int, privacy: PrivacySettings | None
+                 ) -> SecAggSettings | None:
+    """The run's secure aggregation settings, checked before anything starts (``None`` when off).
+
+    The algorithm must be able to bound its updates (``secure_bound``), the sampler's cohorts must fit
+    ``[min_cohort, max_cohort]`` (Poisson cohorts vary: they are checked every round), and distributed noise
+    needs differential privacy.
+    """
+    if secagg is None:
+        return None
+    if not isinstance(secagg, SecAggSettings):
+        raise ConfigError(f"secagg is a {type(secagg).__name__}", expected="a SecAggSettings or None")
+    if not secagg.enabled:
+        return None
+    if not hasattr(algorithm, "secure_summand"):
+        raise ConfigError(f"{type(algorithm).__name__} cannot be aggregated securely",
+                          expected="an algorithm with secure_summand/from_secure_sum (FMP, fedlm, FTL)")
+    algorithm.secure_bound(secagg.bound)  # raises ConfigError when the updates cannot be bounded
+    kind = getattr(sampler, "kind", None)
+    if kind == "all":
+        secagg.check_cohort(n_clients)
+    elif kind in ("without_replacement", "with_replacement"):
+        secagg.check_cohort(min(int(sampler.n), n_clients) if kind == "without_replacement" else int(sampler.n))
+    if secagg.noise == "distributed" and privacy is None:
+        raise ConfigError("secagg.noise='distributed' without differential privacy",
+                          expected="privacy settings whose noise the clients share, or noise='server'")
+    return secagg
 
 
 def _state_dirs(checkpoint_dir: str | os.PathLike[str] | None, node_state_dir: str | os.PathLike[str] | None
@@ -837,7 +951,8 @@ def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mappi
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about accelerator variables
                 run_simulation(server_app=make_server_app(spec, results.append),
-                               client_app=make_client_app(data_path, nodes_dir), num_supernodes=len(clients),
+                               client_app=make_client_app(data_path, nodes_dir, secure=spec.secagg is not None),
+                               num_supernodes=len(clients),
                                backend_config=config)  # type: ignore[arg-type]
         finally:  # Flower's Ray backend exports this process's sys.path as PYTHONPATH
             if pythonpath is None:
@@ -1091,7 +1206,8 @@ def _write_app(work: Path, spec: _ServerSpec, clients: list[Any]) -> _Workdir:
     (pkg / "server_app.py").write_text("from privasr.federated.backends.flower import deployment_server_app\n\n"
                                        f"app = deployment_server_app({str(wd.spec)!r}, {str(wd.result)!r})\n")
     (pkg / "client_app.py").write_text("from privasr.federated.backends.flower import make_client_app\n\n"
-                                       f"app = make_client_app({str(wd.data)!r})\n")
+                                       f"app = make_client_app({str(wd.data)!r}, "
+                                       f"secure={spec.secagg is not None})\n")
     return wd
 
 
