@@ -1,4 +1,7 @@
-"""privasr: adapt speech recognition to its users without collecting their speech or text.
+"""privasr: adapt speech recognition to its users without collecting their recordings or raw transcripts.
+
+Devices send word counts or model updates instead, which still reveal words; docs/privacy.md says what each
+algorithm and mode protects, and from whom.
 
 >>> import privasr
 >>> isinstance(privasr.__version__, str)

@@ -8,15 +8,16 @@ clients run, and :func:`privasr.federated.loop.run_federated` owns the rounds:
   ``None``; it is checkpointed every round by :mod:`privasr.federated.tree`);
 * ``broadcast(state, round) -> payload``: what every sampled client receives;
 * ``client_update(payload, client, client_state, rng) -> (Update, client_state)``: runs on the device.
-  ``client_state`` is the client's own persistent state (FMP's cache lives there); it never leaves the device
-  (in simulation the backend keeps it, and checkpoints it as the devices' storage);
+  ``client_state`` is the client's own persistent state (FMP's cache lives there); it is never part of an
+  :class:`Update` (in simulation the backend keeps it, and checkpoints it as the devices' storage);
 * ``accumulate(acc, update) -> acc``: folds one :class:`Update` into the server's running aggregate as it
   arrives; memory must not grow with the number of clients;
 * ``server_update(state, acc, round, rng) -> (state, metrics)``.
 
 :class:`Update` is the **only** thing that leaves a client: numeric arrays, a weight and numeric metrics. Its
-constructor rejects strings, bytes and object arrays, so no raw text can cross the boundary by construction;
-tests assert further that no token sequence does.
+constructor rejects strings, bytes and object arrays, so no string can cross the boundary by construction;
+tests assert further that no token sequence does. Numbers derived from text do cross it and reveal words (FMP's
+word counts, the embedding rows a fedlm delta changes); who sees them in which mode is in docs/privacy.md.
 
 Differential privacy (:mod:`privasr.privacy.dp`) wraps this: the algorithm bounds each unit's contribution
 (clipping a client's update, or capping an utterance's counts), the loop adds noise **once** to the

@@ -48,7 +48,10 @@ does not cover, so they are reported only without clipping (with ``clip_norm`` s
 publishes ``clients`` and ``update_norm``, the norm of the noisy aggregated delta: post-processing).
 
 What crosses the boundary is only float32 arrays named like the model's parameters (plus the weight and the
-numeric metrics); the broadcast is the parameters. No word sequence leaves a client.
+numeric metrics); the broadcast is the parameters. No word sequence leaves a client, but the words do: the
+non-zero rows of the input-embedding delta are exactly the words the client trained on, and ``tokens`` is its
+exact count (docs/privacy.md). With ``clip_norm`` the guarantee is central DP: it covers the released model,
+not what the server sees before the noise.
 
 >>> from privasr.lm.neural.models import NeuralLMConfig
 >>> from privasr.lm.neural.vocab import Vocabulary

@@ -45,7 +45,8 @@ literally). ``send="increment"``: a client sends only the kernel-weighted counts
 (the "deltas" of section 2.3; each utterance is released once) and the server keeps the running sum, so ``qbar``
 is eq. 6 over everything reported so far. With every client in every round and no noise both give the same
 ``qbar``. What crosses is a sparse vector, sorted unique word ids with positive float counts, never a word
-sequence; the broadcast is ``qbar`` and the round number, never client data.
+sequence: a bag of the words of the client's N-best lists, which reveals the words it used to whoever sees the
+update (docs/privacy.md); the broadcast is ``qbar`` and the round number, never client data.
 
 **Differential privacy (eqs. 7-9).** ``dp_unit`` bounds the L1 norm of what one unit can add to the released
 sums; :func:`~privasr.federated.loop.run_federated` then adds Laplace noise of scale ``b = dp_cap / epsilon``
@@ -71,9 +72,11 @@ the server keeps the *unclamped* noisy running sum, so noise of later rounds is 
 
 :meth:`FmpConfig.privacy_composition` returns which. The round metrics ``sent_mass``, ``utterances`` and
 ``changed`` are exact simulation diagnostics, not covered by the guarantee, so a run with ``dp_unit`` set does
-not report them; ``qbar`` (and the state's noisy sum) are covered. The aggregator that sums the clients' sparse updates is trusted (central DP, or secure aggregation).
+not report them; ``qbar`` (and the state's noisy sum) are covered. This is central DP: the aggregator that sums
+the clients' updates sees them before the noise (each client's capped counts, or only their sum under secure
+aggregation), so the guarantee is for the releases, not against it.
 
-**Client state** (a pytree kept on the device; it never leaves it): the cache (sparse, ``cache_ids`` sorted
+**Client state** (a pytree kept on the device, never in an update): the cache (sparse, ``cache_ids`` sorted
 unique int64 and ``cache_counts`` float64), the counts not yet sent (``pending_*``, increment mode), ``sent``
 (the total released so far, for the user-level cap), ``next_group`` (the first group not yet rescored), the
 last global distribution received restricted to the words of the groups still to come (``held_*``), and

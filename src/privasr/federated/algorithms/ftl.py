@@ -25,7 +25,8 @@ so nothing overflows and the server keeps one running copy of the model whatever
 seed model was trained on), which keeps the global model from drifting to the clients' distribution.
 
 What leaves a client: float32 parameter deltas, the weight (its number of target units) and the numeric
-metrics ``loss`` and ``units``; no features, no transcripts.
+metrics ``loss`` and ``units``; no features, no transcripts. A delta is a function of both, and FTL has no
+differential privacy (docs/privacy.md).
 
 >>> import numpy as np
 >>> from privasr.asr.models import AcousticConfig
