@@ -22,7 +22,8 @@ console = Console(stderr=True)
 
 app = typer.Typer(
     name="privasr",
-    help="Adapt speech recognition to its users without collecting their speech or text.",
+    help="Adapt speech recognition to its users without collecting their recordings or raw transcripts "
+         "(docs/privacy.md says what does leave a device).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

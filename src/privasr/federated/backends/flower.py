@@ -9,8 +9,11 @@ It builds
   replies back into :class:`~privasr.federated.core.ClientOutcome` objects as they arrive: sampling, seeding,
   accumulation, differential privacy (noise once per round) and ``server_update`` are literally the loop's;
 * a ``ClientApp`` whose ``train`` handler finds its client by ``context.node_config["partition-id"]``, keeps the
-  client's state in ``context.state`` (it persists across rounds on that SuperNode and never leaves it), runs
-  :func:`~privasr.federated.core.run_client` and replies with the update only: arrays, weight and metrics.
+  client's state in ``context.state`` (it persists across rounds on that SuperNode and is not part of any
+  update; ``collect_client_states=True`` fetches it at the end, for tests and research runs), runs
+  :func:`~privasr.federated.core.run_client` and replies with the update only: arrays, weight and metrics;
+  with secure aggregation (``secagg``) Flower's ``secaggplus_mod`` masks the update first, so the server only
+  ever sees the cohort's sum (:mod:`privasr.federated.backends.flower_secagg`).
 
 Two modes:
 

@@ -1,4 +1,4 @@
-"""Noise mechanisms for a differentially private sum, added once, by the server, to the aggregate.
+"""Noise mechanisms for a differentially private sum, added once to the aggregate: by the server, or in shares.
 
 Each contribution ``v_i`` (a client's clipped model delta, a user's capped count vector) is bounded first (see
 :mod:`privasr.privacy.dp.clip`); the server then releases ``sum_i v_i + z`` with one draw of ``z``:
@@ -15,6 +15,12 @@ Each contribution ``v_i`` (a client's clipped model delta, a user's capped count
 The noise is drawn from the generator the caller passes in, so :meth:`GaussianMechanism.add_noise` is a pure
 function of ``(total, rng)``: the same seed gives the same noise, and counting how many times noise was added
 (exactly once per round) is the caller's business.
+
+**Distributed noise.** Under secure aggregation the server never sees the exact sum when each client adds a share
+of the noise (:meth:`GaussianMechanism.share`, :meth:`LaplaceMechanism.share`): ``parts`` shares sum to exactly
+the mechanism's noise (Gaussian: ``N(0, s^2 / parts)`` each; Laplace: the difference of two
+``Gamma(1 / parts, b)`` draws each, as the Laplace distribution is infinitely divisible), and more shares to more
+noise. ``with_shares(parts, received)`` is the mechanism to account for when ``received`` shares arrived.
 
 >>> import numpy as np
 >>> mech = make_mechanism({"mechanism": "gaussian", "clip_norm": 0.5, "noise_multiplier": 2.0})
