@@ -9,7 +9,7 @@ ServerApp's logic (:class:`~privasr.federated.backends.flower.GridBackend`, the 
 * every message crosses "the wire" as it would between processes: serialised with Flower's own protobuf
   serialisation (``flwr.common.serde.message_to_proto``), parsed again on the other side, so a node never
   shares an object with the server (Flower's ``secaggplus_mod`` edits the content it is given), and the
-  serialised size of the content is what it costs on the network (framing and the ~100 bytes of metadata
+  serialised size of the content is what it costs on the network (framing and the metadata, about 70 bytes
   aside);
 * a ``ClientApp`` that raises gives an error reply, as Flower's runtime does;
 * ``crash``: ``(group_id, partition)`` pairs whose node goes offline in the SecAgg+ ``collect masked
