@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "nnlm-train": "privasr.bench.nnlm_train:run",
     "fmp-aggregation": "privasr.bench.fmp_aggregation:run",
     "backends": "privasr.bench.backends:run",
+    "secagg": "privasr.bench.secagg:run",
     "fedlm": "privasr.bench.fedlm:run",
     "ftl": "privasr.bench.ftl:run",
     "ner": "privasr.bench.ner:run",

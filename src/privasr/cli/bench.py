@@ -12,7 +12,7 @@ from rich.console import Console
 from privasr.errors import ConfigError
 
 
-def run(name: str, out: Path, quick: bool, seed: int, device: str = "cpu") -> None:
+def run(name: str, out: Path, quick: bool, seed: int, device: str = "cpu", clients: int | None = None) -> None:
     """Run one benchmark (or ``all``) and print its metrics."""
     from privasr.bench import BENCHMARKS, get
 
@@ -28,11 +28,16 @@ def run(name: str, out: Path, quick: bool, seed: int, device: str = "cpu") -> No
         elif "device" not in inspect.signature(get(name)).parameters:
             raise ConfigError(f"benchmark {name!r} runs on the CPU only",
                               expected="--device cpu (benchmarks with a device: nnlm-scoring, nnlm-train, ftl)")
+    if clients is not None and (name == "all" or "clients" not in inspect.signature(get(name)).parameters):
+        raise ConfigError(f"--clients with benchmark {name!r}",
+                          expected="a benchmark with a number of clients (secagg)")
     console = Console()
     for n in names:
         target = out / n if name == "all" else out
         with console.status(f"benchmark {n}"):
-            kwargs = {"device": device} if device != "cpu" else {}
+            kwargs: dict[str, object] = {"device": device} if device != "cpu" else {}
+            if clients is not None:
+                kwargs["clients"] = clients
             metrics = get(n)(target, quick=quick, seed=seed, **kwargs)
         console.print(f"[bold]{n}[/] -> {target / 'results.json'}")
         console.print_json(json.dumps(metrics))
@@ -46,9 +51,10 @@ def bench(
     device: str = typer.Option("cpu", "--device",
                                help="cpu, or cuda[:N] for the benchmarks that have a GPU path (nnlm-scoring, ftl, "
                                     "nnlm-train; with 'all', only those run)."),
+    clients: int | None = typer.Option(None, "--clients", help="Number of clients (secagg: default 8, at least 4)."),
 ) -> None:
     """Run a benchmark by name, or all of them (then one sub-folder each)."""
-    run(name, out, quick, seed, device)
+    run(name, out, quick, seed, device, clients)
 
 
 def _document_names() -> None:

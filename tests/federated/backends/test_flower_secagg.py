@@ -8,7 +8,6 @@ that the minimum cohort is enforced, and that distributed DP noise is added once
 
 from __future__ import annotations
 
-import copy
 import math
 import uuid
 
@@ -19,6 +18,8 @@ pytest.importorskip("flwr")
 
 from privasr.errors import ConfigError  # noqa: E402
 from privasr.federated.backends.flower import _dump, _serve, _ServerSpec, check_secagg, make_client_app  # noqa: E402
+from privasr.federated.backends.flower_inprocess import InProcessGrid as SecureGrid  # noqa: E402
+from privasr.federated.backends.flower_inprocess import task_identity  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import PrivacySettings, run_federated  # noqa: E402
 from privasr.federated.sampling import AllClients, Poisson, UniformWithoutReplacement  # noqa: E402
@@ -65,74 +66,15 @@ class Mean:
         return SumAccumulator(dict(arrays), scalars["weight"], count, {"n": scalars["n"]})
 
 
-class SecureGrid:
-    """Flower's Grid in one process, with ``send_and_receive``; a ClientApp that raises gives an error reply,
-    as Flower's runtime does. ``crash``: ``(group_id, partition)`` pairs whose node dies in the masked-vector
-    stage (after the key exchange)."""
-
-    def __init__(self, app, n, crash=()):
-        from flwr.app import Context, RecordDict
-
-        self.app = app
-        self.node_of = {i: 9000 + 7 * i for i in range(n)}
-        self.partition = {v: k for k, v in self.node_of.items()}
-        self.contexts = {node: Context(run_id=1, node_id=node, node_config={"partition-id": i, "num-partitions": n},
-                                       state=RecordDict(), run_config={}) for i, node in self.node_of.items()}
-        self.crash = {(str(g), i) for g, i in crash}
-        self.replies = {}
-        self.log = []  # (message, reply) of every exchange
-
-    def get_node_ids(self):
-        return list(self.contexts)
-
-    def _handle(self, m):
-        from flwr.app import Error, Message
-
-        mid = uuid.uuid4().hex
-        m.metadata.__dict__["_message_id"] = mid
-        m.metadata.__dict__["_dst_node_id"] = m.metadata.dst_node_id
-        part = self.partition[m.metadata.dst_node_id]
-        try:
-            stage = m.content.config_records[CONFIGS].get("stage") if CONFIGS in m.content.config_records else None
-            if stage == "collect_masked_vectors" and (m.metadata.group_id, part) in self.crash:
-                raise ConnectionError("the device went offline")
-            # a node gets its own copy, as over the wire (Flower's mod edits the content it is given)
-            reply = self.app(copy.deepcopy(m), self.contexts[m.metadata.dst_node_id])
-        except Exception as e:  # Flower's runtime turns a ClientApp's exception into an error reply
-            reply = Message(Error(code=2, reason=f"{type(e)}:<'{e}'>"), reply_to=m)
-        reply.metadata.__dict__["_src_node_id"] = m.metadata.dst_node_id
-        self.log.append((m, reply))
-        return mid, reply
-
-    def push_messages(self, messages):
-        ids = []
-        for m in messages:
-            mid, reply = self._handle(m)
-            self.replies[mid] = reply
-            ids.append(mid)
-        return ids
-
-    def pull_messages(self, message_ids):
-        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
-
-    def send_and_receive(self, messages, *, timeout=None):
-        return [self._handle(m)[1] for m in messages]
-
-
 @pytest.fixture
 def client_app(tmp_path):
-    from flwr.supercore.task_identity import TaskIdentity
-
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-
     def make(algorithm, clients, state_dir=None):
         path = tmp_path / f"clients-{uuid.uuid4().hex}.pkl"
         _dump(path, (algorithm, clients))
         return make_client_app(path, state_dir, secure=True)
 
-    yield make
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+    with task_identity():
+        yield make
 
 
 def _clients(n, fail=None):
