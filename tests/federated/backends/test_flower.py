@@ -21,7 +21,6 @@ from privasr.errors import ConfigError  # noqa: E402
 from privasr.federated.backends import make_backend  # noqa: E402
 from privasr.federated.backends.flower import (  # noqa: E402
     GridBackend,
-    _dump,
     _serve,
     _ServerSpec,
     make_client_app,
@@ -29,6 +28,7 @@ from privasr.federated.backends.flower import (  # noqa: E402
     run_flower,
     unpack_tree,
 )
+from privasr.federated.backends.flower_deploy import _dump  # noqa: E402
 from privasr.federated.backends.local import ClientVanished  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import PrivacySettings, run_federated  # noqa: E402

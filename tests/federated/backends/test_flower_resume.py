@@ -21,13 +21,12 @@ pytest.importorskip("flwr")
 from privasr.errors import ConfigError  # noqa: E402
 from privasr.federated.backends import run_on  # noqa: E402
 from privasr.federated.backends.flower import (  # noqa: E402
-    STATE_DIR_KEY,
-    _dump,
     _serve,
     _ServerSpec,
     make_client_app,
     run_flower,
 )
+from privasr.federated.backends.flower_deploy import STATE_DIR_KEY, _dump  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, run_federated  # noqa: E402
 from privasr.federated.sampling import AllClients, UniformWithReplacement  # noqa: E402
