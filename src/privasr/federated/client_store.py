@@ -191,7 +191,9 @@ def _pool(arrays: list[np.ndarray]) -> dict[str, Any]:
     def ints(v: list[int]) -> np.ndarray:
         return np.asarray(v, dtype=np.int64).reshape(-1)
 
-    return {"pools": [np.concatenate(pools[k]) for k in order], "pool": ints(pool_of), "offset": ints(offset),
+    # concatenate() makes byte order native: keep each pool's dtype as it was
+    return {"pools": [np.concatenate(pools[k]).astype(np.dtype(k), copy=False) for k in order],
+            "pool": ints(pool_of), "offset": ints(offset),
             "ndim": ints(ndim), "dims": ints(dims)}
 
 

@@ -350,7 +350,7 @@ class _NodeStates:
         return state
 
 
-def _node_hello(message: Any, context: Any, state_dir: str | None) -> Any:
+def _node_hello(message: Any, context: Any, state_dir: str | None, algorithm_path: str) -> Any:
     from flwr.app import ConfigRecord, Message, RecordDict
 
     partition = int(context.node_config["partition-id"])
@@ -363,6 +363,8 @@ def _node_hello(message: Any, context: Any, state_dir: str | None) -> Any:
             log.error("this SuperNode cannot read its client: %s", e)
             file = Path(e.path).name if e.path else folder.name
             hello["error"] = f"cannot read its client from {folder} ({file}; the SuperNode's log says why)"
+    elif _load(algorithm_path)[1] is None:
+        hello["error"] = f"has no data folder (start it with --node-config \"... {DATA_DIR_KEY}='<folder>'\")"
     return Message(RecordDict({"privasr.hello": ConfigRecord(hello)}), reply_to=message)
 
 
@@ -410,7 +412,7 @@ def make_client_app(algorithm_path: str | os.PathLike[str],
 
     @app.query("privasr_hello")
     def hello(message: Any, context: Any) -> Any:
-        return _node_hello(message, context, folder)
+        return _node_hello(message, context, folder, path)
 
     @app.query("privasr_state")
     def state(message: Any, context: Any) -> Any:
