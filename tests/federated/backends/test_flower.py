@@ -315,7 +315,9 @@ def test_deployment_matches_local(request, tmp_path, monkeypatch):
     assert dep_priv.accountant.events == local_priv.accountant.events
     (work,) = tmp_path.glob("privasr-flower-*")
     logs = work / "logs"
-    assert "Uvicorn running on https://127.0.0.1:" in (logs / "superlink.log").read_text()  # TLS
+    link_log = (logs / "superlink.log").read_text()
+    assert "Uvicorn running on https://127.0.0.1:" in link_log  # TLS
+    assert "Option `--insecure` was set" not in link_log  # what Flower logs when started with --insecure
     assert sorted(p.name for p in (work / "data").iterdir()) == ["client-0", "client-1", "client-2"]
     for i in range(3):  # every node was registered, activated and served its message(s)
         assert "SuperNode ID:" in (logs / f"supernode-{i}.log").read_text()

@@ -256,11 +256,11 @@ def test_an_unregistered_supernode_never_serves_a_client(request, tmp_path):
 
     from privasr.federated.backends.flower_deploy import (
         _deployment_env,
-        _flwr,
+        _flwr_cli,
         _flwr_run,
         _free_port,
         _Processes,
-        _register_node,
+        _register_nodes,
         _start_superlink,
         _start_supernode,
         _wait_for_result,
@@ -284,8 +284,8 @@ def test_an_unregistered_supernode_never_serves_a_client(request, tmp_path):
     procs, stray = _Processes(env, wd.logs), _Processes(env, wd.logs)
     try:
         _start_superlink(procs, port, creds)
+        _register_nodes(procs, creds.node_public_keys[:2])
         for i in (0, 1):
-            _register_node(procs, creds.node_public_keys[i])
             _start_supernode(procs, f"supernode-{i}", port, creds.supernode_args(i), supernode_config(i, 2, dirs[i]))
         _start_supernode(stray, "intruder", port, creds.supernode_args(2), supernode_config(1, 2, intruder_dir))
         run_id = _flwr_run(wd.app, env)
@@ -293,7 +293,7 @@ def test_an_unregistered_supernode_never_serves_a_client(request, tmp_path):
         with open(wd.result, "rb") as f:
             outcome = pickle.load(f)  # noqa: S301 - written by the ServerApp
         assert outcome["ok"], outcome.get("traceback")
-        listed = json.loads(_flwr(["supernode", "list", "privasr", "--format", "json"], env).stdout)["nodes"]
+        listed = json.loads(_flwr_cli(["supernode", "list", "privasr", "--format", "json"], env).stdout)["nodes"]
     finally:
         procs.stop()
         stray.stop()

@@ -337,7 +337,7 @@ def _wait_port(port: int, procs: _Processes, wait: float) -> None:
             time.sleep(0.1)
 
 
-def _flwr(args: list[str], env: dict[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def _flwr_cli(args: list[str], env: dict[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run ``flwr ARGS`` against the ``privasr`` connection of ``env``'s ``FLWR_HOME``."""
     return subprocess.run([_tool("flwr"), *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -353,25 +353,33 @@ def _start_superlink(procs: _Processes, port: int, creds: Credentials, wait: flo
     _wait_port(port, procs, wait)
 
 
-def _register_node(procs: _Processes, public_key: Path, wait: float = 60.0) -> int:
-    """Register a SuperNode's public key with the SuperLink (``flwr supernode register``), retrying until the
-    SuperLink answers; the node id it gives."""
+def _register_nodes(procs: _Processes, public_keys: Sequence[Path], wait: float = 60.0) -> list[int]:
+    """Register SuperNodes' public keys with the SuperLink (``flwr supernode register``, one process per key, side
+    by side), retrying those that fail until the SuperLink answers; the node ids it gives, in order."""
     deadline = time.monotonic() + wait
+    ids: dict[int, int] = {}
+    last = ""
     while True:
         procs.check()
-        try:
-            res = _flwr(["supernode", "register", str(public_key), "privasr", "--format", "json"], procs.env, 60.0)
-            out, err = res.stdout, res.stderr
-            node_id = json.loads(res.stdout).get("node-id")
-            if node_id is not None:
-                return int(node_id)
-        except subprocess.TimeoutExpired:
-            out, err = "", "flwr supernode register did not answer within 60 s"
-        except (ValueError, AttributeError, TypeError):
-            pass
+        pending = {i: subprocess.Popen([_tool("flwr"), "supernode", "register", str(key), "privasr", "--format",
+                                        "json"], env=procs.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, text=True)
+                   for i, key in enumerate(public_keys) if i not in ids}
+        for i, proc in pending.items():
+            try:
+                out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            try:
+                ids[i] = int(json.loads(out)["node-id"])
+            except (ValueError, KeyError, TypeError):
+                last = f"{public_keys[i]}:\n{out[-1000:]}\n{err[-1000:]}"
+        if len(ids) == len(public_keys):
+            return [ids[i] for i in range(len(public_keys))]
         if time.monotonic() >= deadline:
-            raise FederatedError(f"could not register the SuperNode key {public_key} with the SuperLink within "
-                                 f"{wait:g} s:\n{out[-1000:]}\n{err[-1000:]}")
+            raise FederatedError(f"could not register {len(public_keys) - len(ids)} SuperNode key(s) with the "
+                                 f"SuperLink within {wait:g} s; the last answer, for {last}")
         time.sleep(0.5)
 
 
@@ -384,18 +392,18 @@ def _start_supernode(procs: _Processes, name: str, port: int, auth_args: Sequenc
 
 def _start_federation(procs: _Processes, port: int, creds: Credentials, data_dirs: Sequence[Path],
                       nodes_dir: Path | None) -> None:
-    """Start the SuperLink and, for every client folder, register its SuperNode's key and start it."""
+    """Start the SuperLink, register the SuperNodes' keys and start one SuperNode per client folder."""
     _start_superlink(procs, port, creds)
     n = len(data_dirs)
+    _register_nodes(procs, creds.node_public_keys[:n])
     for i, folder in enumerate(data_dirs):
-        _register_node(procs, creds.node_public_keys[i])
         _start_supernode(procs, f"supernode-{i}", port, creds.supernode_args(i),
                          supernode_config(i, n, folder, nodes_dir))
 
 
 def _flwr_run(app: Path, env: dict[str, str]) -> str:
     """``flwr run`` the app on the local SuperLink; its run id."""
-    started = _flwr(["run", str(app), "privasr", "--format", "json"], env)
+    started = _flwr_cli(["run", str(app), "privasr", "--format", "json"], env)
     try:
         return str(json.loads(started.stdout)["run-id"])
     except (ValueError, KeyError, TypeError):
@@ -406,7 +414,7 @@ def _flwr_run(app: Path, env: dict[str, str]) -> str:
 def _run_status(env: dict[str, str], run_id: str) -> str:
     """The SuperLink's status of run ``run_id`` (``"running"``, ``"finished:failed"``, ...), or ``""``."""
     try:
-        res = _flwr(["ls", "privasr", "--run-id", run_id, "--format", "json"], env, 60.0)
+        res = _flwr_cli(["ls", "privasr", "--run-id", run_id, "--format", "json"], env, 60.0)
         runs = json.loads(res.stdout).get("runs", [])
         return str(runs[0].get("status", "")) if runs else ""
     except (OSError, ValueError, subprocess.TimeoutExpired, IndexError, AttributeError):
