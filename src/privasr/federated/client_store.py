@@ -249,6 +249,18 @@ def save_client(folder: str | os.PathLike[str], client: Any, index: int) -> Path
     Raises:
         InputError: ``folder`` exists and is not empty, or ``client`` holds something that cannot be stored
             without pickle (naming where in the client).
+
+    >>> import tempfile
+    >>> from privasr.federated.algorithms import FmpClient, FmpUtterance
+    >>> client = FmpClient("m1", ((FmpUtterance("a", ([3, 1],), [0.0]),), ()))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     folder = save_client(Path(d) / "m1", client, 0)
+    ...     sorted(p.name for p in folder.iterdir()), load_client(folder).groups[0][0].vocab.tolist()
+    (['client.npz', 'manifest.json'], [1, 3])
+    >>> save_client("unused", {"s": {1, 2}}, 0)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: client 0['s'] is a builtins.set, which privasr cannot store without pickle (expected FmpClient, FedLmClient, FtlClient, or numbers, strings, None, numeric numpy arrays, lists, tuples and dicts of them)
     """
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise InputError(f"client index {index!r}", expected="an integer >= 0")
@@ -301,6 +313,15 @@ def load_client(folder: str | os.PathLike[str], *, index: int | None = None) -> 
     Raises:
         InputError: naming the file: no folder or manifest, a manifest of another format or index, a data file
             whose SHA-256 differs from the manifest's, or one that does not hold a stored client.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     folder = save_client(Path(d) / "c", {"x": np.arange(2)}, 4)
+    ...     _ = (folder / "client.npz").write_bytes(b"changed")
+    ...     load_client(folder, index=4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: .../c/client.npz: the data file does not match the SHA-256 in its manifest ...
     """
     where = Path(folder)
     manifest = _read_manifest(where)
@@ -336,6 +357,11 @@ def split_clients(clients: Sequence[Any], out_dir: str | os.PathLike[str]) -> li
 
     Raises:
         InputError: ``out_dir`` exists and is not empty, or a client cannot be stored (nothing is left behind).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     [f.name for f in split_clients([{"x": 1}, {"x": 2}, {"x": 3}], Path(d) / "devices")]
+    ['client-0', 'client-1', 'client-2']
     """
     out = Path(out_dir)
     created = _new_folder(out, "output folder")

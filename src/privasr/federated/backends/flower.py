@@ -395,7 +395,9 @@ def make_client_app(algorithm_path: str | os.PathLike[str],
     :func:`~privasr.federated.client_store.save_client` folder) reads its client from that folder and nothing
     else; ``clients`` is then ``None`` (deployment: the pickle holds the public model and settings only). Nodes
     without one (the simulation's virtual SuperNodes) serve ``clients[partition-id]`` from the pickle. Both are
-    read once per process. A checkpointed run keeps each client's states in files under the node's own folder: its node config's
+    read once per process.
+
+    A checkpointed run keeps each client's states in files under the node's own folder: its node config's
     ``privasr-state-dir`` (``flower-supernode --node-config "... privasr-state-dir='/var/lib/privasr'"``), or
     ``state_dir`` for nodes without one (the simulation's virtual SuperNodes); see :class:`_NodeStates`.
     """

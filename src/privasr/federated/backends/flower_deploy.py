@@ -67,6 +67,9 @@ def supernode_config(index: int, n: int, data_dir: str | os.PathLike[str] | None
 
     Raises:
         ConfigError: a folder whose path holds a quote or a line break (Flower's node config cannot carry it).
+
+    >>> supernode_config(0, 3, "/data/privasr/client-0", "/var/lib/privasr")
+    "partition-id=0 num-partitions=3 privasr-data-dir='/data/privasr/client-0' privasr-state-dir='/var/lib/privasr'"
     """
     parts = [f"partition-id={int(index)}", f"num-partitions={int(n)}"]
     for key, folder in ((DATA_DIR_KEY, data_dir), (STATE_DIR_KEY, state_dir)):
