@@ -301,7 +301,7 @@ def test_simulation_matches_local(simulated):
 def test_deployment_matches_local(request, tmp_path, monkeypatch):
     """A real SuperLink over TLS with registered SuperNodes, each reading its client from its own folder."""
     if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a real SuperLink and SuperNodes (about 50 s): run with -m slow")
+        pytest.skip("a real SuperLink and SuperNodes (about 40 s): run with -m slow")
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's work folder goes there, to be looked at

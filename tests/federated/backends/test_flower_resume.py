@@ -412,7 +412,7 @@ def test_simulation_resume_matches_an_uninterrupted_simulation(request, tmp_path
 
 @pytest.mark.slow
 def test_deployment_resume_matches_local(request, tmp_path):
-    _slow(request, "two runs on a real SuperLink with SuperNodes (about 60 s)")
+    _slow(request, "two runs on a real SuperLink with SuperNodes (about 70 s)")
     clients = _clients(3, flaky=[1])
     kw = dict(sampler=UniformWithReplacement(n=3), seed=3)
     local_priv, killed_priv, resumed_priv = _privacy(), _privacy(), _privacy()
