@@ -21,7 +21,6 @@ from privasr.errors import ConfigError  # noqa: E402
 from privasr.federated.backends import make_backend  # noqa: E402
 from privasr.federated.backends.flower import (  # noqa: E402
     GridBackend,
-    _dump,
     _serve,
     _ServerSpec,
     make_client_app,
@@ -29,6 +28,7 @@ from privasr.federated.backends.flower import (  # noqa: E402
     run_flower,
     unpack_tree,
 )
+from privasr.federated.backends.flower_deploy import _dump  # noqa: E402
 from privasr.federated.backends.local import ClientVanished  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import PrivacySettings, run_federated  # noqa: E402
@@ -298,13 +298,26 @@ def test_simulation_matches_local(simulated):
 
 
 @pytest.mark.slow
-def test_deployment_matches_local(request):
+def test_deployment_matches_local(request, tmp_path, monkeypatch):
+    """A real SuperLink over TLS with registered SuperNodes, each reading its client from its own folder."""
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("a real SuperLink and SuperNodes (about 40 s): run with -m slow")
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's work folder goes there, to be looked at
     clients = _clients(3, flaky={1: "vanish"})
     kw = dict(rounds=2, sampler=UniformWithReplacement(n=3), seed=3)
     local_priv, dep_priv = _privacy(), _privacy()
     local = run_federated(Drift(), clients, privacy=local_priv, **kw)
-    result = run_flower(Drift(), clients, privacy=dep_priv, mode="deployment", run_timeout=240, **kw)
+    result = run_flower(Drift(), clients, privacy=dep_priv, mode="deployment", run_timeout=240, keep_workdir=True,
+                        **kw)
     _same(result, local)
     assert dep_priv.accountant.events == local_priv.accountant.events
+    (work,) = tmp_path.glob("privasr-flower-*")
+    logs = work / "logs"
+    link_log = (logs / "superlink.log").read_text()
+    assert "Uvicorn running on https://127.0.0.1:" in link_log  # TLS
+    assert "Option `--insecure` was set" not in link_log  # what Flower logs when started with --insecure
+    assert sorted(p.name for p in (work / "data").iterdir()) == ["client-0", "client-1", "client-2"]
+    for i in range(3):  # every node was registered, activated and served its message(s)
+        assert "SuperNode ID:" in (logs / f"supernode-{i}.log").read_text()

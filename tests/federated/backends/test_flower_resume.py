@@ -21,13 +21,12 @@ pytest.importorskip("flwr")
 from privasr.errors import ConfigError  # noqa: E402
 from privasr.federated.backends import run_on  # noqa: E402
 from privasr.federated.backends.flower import (  # noqa: E402
-    STATE_DIR_KEY,
-    _dump,
     _serve,
     _ServerSpec,
     make_client_app,
     run_flower,
 )
+from privasr.federated.backends.flower_deploy import STATE_DIR_KEY, _dump  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402
 from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, run_federated  # noqa: E402
 from privasr.federated.sampling import AllClients, UniformWithReplacement  # noqa: E402
@@ -413,7 +412,7 @@ def test_simulation_resume_matches_an_uninterrupted_simulation(request, tmp_path
 
 @pytest.mark.slow
 def test_deployment_resume_matches_local(request, tmp_path):
-    _slow(request, "two runs on a real SuperLink with SuperNodes (about 60 s)")
+    _slow(request, "two runs on a real SuperLink with SuperNodes (about 70 s)")
     clients = _clients(3, flaky=[1])
     kw = dict(sampler=UniformWithReplacement(n=3), seed=3)
     local_priv, killed_priv, resumed_priv = _privacy(), _privacy(), _privacy()

@@ -8,21 +8,23 @@ It builds
   :class:`GridBackend` that sends one ``Message`` per sampled client through Flower's ``Grid`` and turns the
   replies back into :class:`~privasr.federated.core.ClientOutcome` objects as they arrive: sampling, seeding,
   accumulation, differential privacy (noise once per round) and ``server_update`` are literally the loop's;
-* a ``ClientApp`` whose ``train`` handler finds its client by ``context.node_config["partition-id"]``, keeps the
-  client's state in ``context.state`` (it persists across rounds on that SuperNode and is not part of any
-  update; ``collect_client_states=True`` fetches it at the end, for tests and research runs), runs
-  :func:`~privasr.federated.core.run_client` and replies with the update only: arrays, weight and metrics;
-  with secure aggregation (``secagg``) Flower's ``secaggplus_mod`` masks the update first, so the server only
-  ever sees the cohort's sum (:mod:`privasr.federated.backends.flower_secagg`).
+* a ``ClientApp`` whose ``train`` handler serves the client ``context.node_config["partition-id"]``, read from
+  the node's own data folder (node config ``privasr-data-dir``, :mod:`~privasr.federated.client_store`) or, in
+  simulation, from the pickled population; it keeps the client's state on the node (``context.state`` or the
+  node's state folder; the state is not part of any update, and ``collect_client_states=True`` fetches it at the
+  end, for tests and research runs), runs :func:`~privasr.federated.core.run_client` and replies with the update
+  only: arrays, weight and metrics. With secure aggregation (``secagg``) Flower's ``secaggplus_mod`` masks the
+  update first, so the server only ever sees the cohort's sum (:mod:`privasr.federated.backends.flower_secagg`).
 
 Two modes:
 
 * ``"simulation"``: Flower's simulation engine (``flwr.simulation.run_simulation``) with one virtual SuperNode
   per client; ClientApps run in Ray actors on this machine, offline.
 * ``"deployment"``: a real ``flower-superlink`` and one ``flower-supernode`` per client, started on free
-  loopback ports; the ServerApp is submitted with ``flwr run`` as a generated Flower app (a tiny package in a
-  temporary folder that imports privasr and unpickles the algorithm and the clients from a file). Every process
-  is stopped when the run ends, also on failure.
+  loopback ports, over TLS with authenticated SuperNodes, each node reading its client from a folder of its own
+  (:mod:`~privasr.federated.backends.flower_deploy`); the ServerApp is submitted with ``flwr run`` as a
+  generated Flower app (a tiny package in a temporary folder that imports privasr and unpickles the algorithm,
+  never client data, from a file). Every process is stopped when the run ends, also on failure.
 
 **Wire format.** A pytree (the payload, a client state) travels as a ``ConfigRecord`` holding the JSON skeleton
 of :func:`privasr.federated.tree.flatten` plus an ``ArrayRecord`` of its arrays (``"0"``, ``"1"``, ...), so
@@ -73,11 +75,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -90,6 +87,7 @@ from typing import Any
 import numpy as np
 
 from privasr.errors import ConfigError, InputError
+from privasr.federated.backends.flower_deploy import DATA_DIR_KEY, STATE_DIR_KEY, _dump, _run_deployment
 from privasr.federated.backends.flower_secagg import (
     SECURE,
     decode_round,
@@ -98,6 +96,7 @@ from privasr.federated.backends.flower_secagg import (
     secure_round,
     secure_task,
 )
+from privasr.federated.client_store import load_client
 from privasr.federated.core import ClientOutcome, ClientTask, FederatedError, Update, run_client
 from privasr.federated.loop import (
     CHECKPOINT_NAME,
@@ -189,15 +188,6 @@ def _drop_tree(records: Any, name: str) -> None:
 _LOADED: dict[str, Any] = {}
 
 
-def _dump(path: Path, obj: Any) -> None:
-    try:
-        from ray import cloudpickle as pickler
-    except ImportError:  # pragma: no cover - Flower's simulation needs Ray anyway
-        pickler = pickle  # type: ignore[assignment]
-    with open(path, "wb") as f:
-        pickler.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-
-
 def _load(path: str) -> Any:
     """The pickled object at ``path`` (written by this module), loaded once per process."""
     if path not in _LOADED:
@@ -206,12 +196,43 @@ def _load(path: str) -> Any:
     return _LOADED[path]
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
+def _node_data_dir(context: Any) -> Path | None:
+    """The node's own data folder (node config ``privasr-data-dir``), if it was started with one."""
+    folder = context.node_config.get(DATA_DIR_KEY) if context.node_config is not None else None
+    return Path(str(folder)) if folder else None
+
+
+def _node_client(folder: Path, index: int) -> Any:
+    """Client ``index`` from the node's data folder (:func:`~privasr.federated.client_store.load_client`),
+    read once per process."""
+    key = str(folder)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = load_client(folder, index=index)
+    return _CLIENTS[key]
+
+
+def _node_data(context: Any, algorithm_path: str) -> tuple[Any, Any]:
+    """The algorithm and the node's clients by index: ``{index: client}`` read from the node's own data folder
+    when it has one (deployment), else the population pickled with the algorithm (simulation)."""
+    algorithm, clients = _load(algorithm_path)
+    folder = _node_data_dir(context)
+    if folder is not None:
+        index = int(context.node_config["partition-id"])
+        return algorithm, {index: _node_client(folder, index)}
+    if clients is None:
+        raise FederatedError(f"this SuperNode has no data folder (node config {DATA_DIR_KEY})")
+    return algorithm, clients
+
+
 def _node_train(message: Any, context: Any, data_path: str, state_dir: str | None) -> Any:
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     from privasr.federated.backends.local import describe_failure
 
-    algorithm, clients = _load(data_path)
+    algorithm, clients = _node_data(context, data_path)
     task = message.content["privasr.task"]
     index = int(context.node_config["partition-id"])
     if int(task["index"]) != index:
@@ -265,9 +286,6 @@ def _array(a: np.ndarray) -> Any:
 
 
 # -- a client's states on its node -------------------------------------------------------------------------------
-
-STATE_DIR_KEY = "privasr-state-dir"  # the node-config key of a SuperNode's own state folder
-
 
 class _LostState(Exception):
     """The server named a state (round, slot) that this node does not hold."""
@@ -355,12 +373,22 @@ class _NodeStates:
         return state
 
 
-def _node_hello(message: Any, context: Any, state_dir: str | None) -> Any:
+def _node_hello(message: Any, context: Any, state_dir: str | None, algorithm_path: str) -> Any:
     from flwr.app import ConfigRecord, Message, RecordDict
 
-    return Message(RecordDict({"privasr.hello": ConfigRecord(
-        {"partition": int(context.node_config["partition-id"]),
-         "state_dir": _node_folder(context, state_dir) is not None})}), reply_to=message)
+    partition = int(context.node_config["partition-id"])
+    hello: dict[str, Any] = {"partition": partition, "state_dir": _node_folder(context, state_dir) is not None}
+    folder = _node_data_dir(context)
+    if folder is not None:  # a node that cannot read its client says so before the first round
+        try:
+            _node_client(folder, partition)
+        except InputError as e:  # the details (which could quote the data) stay in the node's log
+            log.error("this SuperNode cannot read its client: %s", e)
+            file = Path(e.path).name if e.path else folder.name
+            hello["error"] = f"cannot read its client from {folder} ({file}; the SuperNode's log says why)"
+    elif _load(algorithm_path)[1] is None:
+        hello["error"] = f"has no data folder (start it with --node-config \"... {DATA_DIR_KEY}='<folder>'\")"
+    return Message(RecordDict({"privasr.hello": ConfigRecord(hello)}), reply_to=message)
 
 
 def _node_state(message: Any, context: Any, state_dir: str | None) -> Any:
@@ -381,14 +409,19 @@ def _node_state(message: Any, context: Any, state_dir: str | None) -> Any:
     return Message(out, reply_to=message)
 
 
-def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathLike[str] | None = None, *,
-                    secure: bool = False) -> Any:
-    """A ``ClientApp`` serving the clients pickled at ``data_path`` as ``(algorithm, clients)``.
+def make_client_app(algorithm_path: str | os.PathLike[str],
+                    state_dir: str | os.PathLike[str] | None = None, *, secure: bool = False) -> Any:
+    """A ``ClientApp`` running the algorithm pickled at ``algorithm_path`` as ``(algorithm, clients)``.
 
+    Each SuperNode serves one client, ``context.node_config["partition-id"]``. A node started with a data folder
+    (``flower-supernode --node-config "partition-id=3 ... privasr-data-dir='/data/privasr'"``, a
+    :func:`~privasr.federated.client_store.save_client` folder) reads its client from that folder and nothing
+    else; ``clients`` is then ``None`` (deployment: the pickle holds the public model and settings only). Nodes
+    without one (the simulation's virtual SuperNodes) serve ``clients[partition-id]`` from the pickle. Both are
+    read once per process.
     ``secure=True`` adds Flower's ``secaggplus_mod``, for runs with secure aggregation (every ``train`` message
     is then a SecAgg+ stage).
 
-    Each SuperNode serves ``clients[context.node_config["partition-id"]]``; the file is read once per process.
     A checkpointed run keeps each client's states in files under the node's own folder: its node config's
     ``privasr-state-dir`` (``flower-supernode --node-config "... privasr-state-dir='/var/lib/privasr'"``), or
     ``state_dir`` for nodes without one (the simulation's virtual SuperNodes); see :class:`_NodeStates`.
@@ -396,7 +429,7 @@ def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathL
     _flwr()
     from flwr.clientapp import ClientApp
 
-    path = str(data_path)
+    path = str(algorithm_path)
     folder = None if state_dir is None else str(state_dir)
     if secure:
         from flwr.client.mod import secaggplus_mod
@@ -411,7 +444,7 @@ def make_client_app(data_path: str | os.PathLike[str], state_dir: str | os.PathL
 
     @app.query("privasr_hello")
     def hello(message: Any, context: Any) -> Any:
-        return _node_hello(message, context, folder)
+        return _node_hello(message, context, folder, path)
 
     @app.query("privasr_state")
     def state(message: Any, context: Any) -> Any:
@@ -475,6 +508,8 @@ def discover_nodes(grid: Any, n: int, wait: float = 120.0, poll: float = 0.2, *,
             raise FederatedError(f"SuperNode {node} did not say which client it serves: {reply.error.reason}")
         hello = reply.content["privasr.hello"]
         part = int(hello["partition"])
+        if "error" in hello:
+            raise FederatedError(f"SuperNode {node} (client {part}) {hello['error']}")
         if part in nodes:
             raise FederatedError(f"two SuperNodes ({nodes[part]} and {node}) serve client {part}")
         nodes[part] = node
@@ -811,7 +846,9 @@ def run_flower(
 
     Args:
         algorithm: a :class:`~privasr.federated.core.FederatedAlgorithm` (picklable: it is shipped to the nodes).
-        clients: the population; SuperNode ``i`` serves ``clients[i]``.
+        clients: the population; SuperNode ``i`` serves ``clients[i]``. In deployment mode each client is
+            written to its node's own folder without pickle (:func:`~privasr.federated.client_store.save_client`:
+            ``FmpClient``, ``FedLmClient``, ``FtlClient`` or pytrees of numbers, strings and numeric arrays).
         rounds: the total number of rounds (a resumed run continues up to it).
         sampler: a :mod:`privasr.federated.sampling` sampler.
         seed: seeds every random draw, as in :func:`~privasr.federated.loop.run_federated`.
@@ -837,7 +874,9 @@ def run_flower(
         node_wait: seconds to wait for the SuperNodes to connect and for the final state collection.
         run_timeout: deployment only: seconds the whole run may take (``None``: no limit).
         quiet: keep Flower's log messages below ERROR out of the console during the run.
-        keep_workdir: deployment only: keep the temporary folder (app, pickles, logs) even after a success.
+        keep_workdir: deployment only: keep the temporary folder (app, pickles, client folders, credentials with
+            their private keys, logs) whatever the outcome; otherwise it is removed after a success and all but
+            the logs are removed after a failure.
         secagg: secure aggregation (:class:`~privasr.federated.secagg.SecAggSettings` with ``enabled=True``):
             every round's updates are summed with Flower's SecAgg+, so the server sees only the sum; with
             ``noise="distributed"`` each client adds a share of ``privacy``'s noise.
@@ -967,310 +1006,3 @@ def _run_simulation(spec: _ServerSpec, clients: list[Any], backend_config: Mappi
     if isinstance(results[0], BaseException):
         raise results[0]
     return results[0]
-
-
-# -- deployment: SuperLink, SuperNodes and `flwr run` on loopback --------------------------------------------------
-
-_PYPROJECT = """\
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "privasr-flower-app"
-version = "1.0.0"
-description = "A privasr federated run (generated by privasr.federated.backends.flower)"
-license = "Apache-2.0"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "privasr"
-
-[tool.flwr.app.components]
-serverapp = "privasr_flower_app.server_app:app"
-clientapp = "privasr_flower_app.client_app:app"
-
-[tool.flwr.app.config]
-"""
-
-_FLWR_CONFIG = """\
-[superlink]
-default = "privasr"
-
-[superlink.privasr]
-address = "127.0.0.1:{port}"
-insecure = true
-"""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _tool(name: str) -> str:
-    here = Path(sys.executable).parent / name
-    if here.is_file():
-        return str(here)
-    found = shutil.which(name)
-    if found is None:
-        raise ConfigError(f"{name} is not installed", expected="pip install 'privasr[federated]'")
-    return found
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])
-
-
-class _Processes:
-    """Processes started in their own sessions, stopped together (process group: TERM, then KILL)."""
-
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env = env
-        self.logs = logs
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"{name}.log", "wb") as out:
-            proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.logs)
-        self.procs.append((name, proc))
-        return proc
-
-    def check(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                raise FederatedError(f"{name} exited with status {proc.returncode}:\n"
-                                     f"{_tail(self.logs / f'{name}.log')}")
-
-    def stop(self, grace: float = 5.0) -> None:
-        """TERM every process, its group and its descendants (SuperExec detaches itself); KILL what is left."""
-        family = {pid for _, proc in self.procs for pid in _descendants(proc.pid)}
-        for _, proc in self.procs:
-            _signal_group(proc.pid, signal.SIGTERM)
-        for pid in family:
-            _signal(pid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        family |= {pid for _, proc in self.procs for pid in _descendants(proc.pid)}
-        for _, proc in self.procs:
-            _signal_group(proc.pid, signal.SIGKILL)
-        for pid in family:
-            _signal(pid, signal.SIGKILL)
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                pass
-        self.procs = []
-
-
-def _descendants(pid: int) -> set[int]:
-    """The pids of ``pid``'s living descendants (from ``/proc``; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)  # started with start_new_session: the group id is the leader's pid
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_port(port: int, procs: _Processes, wait: float) -> None:
-    deadline = time.monotonic() + wait
-    while True:
-        procs.check()
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise FederatedError(f"the SuperLink did not listen on 127.0.0.1:{port} within {wait:g} s") from None
-            time.sleep(0.1)
-
-
-def _run_status(env: dict[str, str], run_id: str) -> str:
-    """The SuperLink's status of run ``run_id`` (``"running"``, ``"finished:failed"``, ...), or ``""``."""
-    try:
-        res = subprocess.run([_tool("flwr"), "ls", "privasr", "--run-id", run_id, "--format", "json"], env=env,
-                             capture_output=True, text=True, timeout=60)
-        runs = json.loads(res.stdout).get("runs", [])
-        return str(runs[0].get("status", "")) if runs else ""
-    except (OSError, ValueError, subprocess.TimeoutExpired, IndexError, AttributeError):
-        return ""
-
-
-def _run_deployment(spec: _ServerSpec, clients: list[Any], nodes_dir: Path | None, *, run_timeout: float | None,
-                    keep_workdir: bool) -> FederatedResult:
-    """Run on loopback: write the app and the pickles to a temporary folder, start a SuperLink and one SuperNode
-    per client, ``flwr run`` the app, wait for the ServerApp's outcome and clean up (keeping the logs of a run
-    that failed in Flower)."""
-    wd = _write_app(Path(tempfile.mkdtemp(prefix="privasr-flower-")), spec, clients)
-    link_port = _free_port()
-    (wd.home / "config.toml").write_text(_FLWR_CONFIG.format(port=link_port))
-    env = _deployment_env(wd.home)
-    procs = _Processes(env, wd.logs)
-    clean = False  # remove the whole folder at the end (else only the pickles, keeping the logs)
-    try:
-        _start_federation(procs, link_port, len(clients), nodes_dir)
-        run_id = _flwr_run(wd.app, env)
-        log.info("flower deployment run %s started (work folder %s)", run_id, wd.work)
-        _wait_for_result(wd, procs, env, run_id, run_timeout)
-        with open(wd.result, "rb") as f:
-            outcome = pickle.load(f)  # noqa: S301 - written by our own ServerApp
-        if not outcome["ok"]:
-            if outcome["federated"]:
-                clean = True  # the run itself failed (e.g. too few clients), not Flower: no logs to keep
-                raise FederatedError(outcome["message"])
-            raise FederatedError(f"the ServerApp failed: {outcome['error']}\n{outcome['traceback']}")
-        if spec.privacy is not None and outcome["accountant"] is not None:
-            spec.privacy.accountant.load_state_dict(outcome["accountant"])
-        clean = True
-        return outcome["result"]
-    finally:
-        procs.stop()
-        if keep_workdir:
-            pass
-        elif clean:
-            shutil.rmtree(wd.work, ignore_errors=True)
-        else:  # keep the logs for the error, not the copies of the clients' data
-            for p in (wd.data, wd.spec, wd.result):
-                p.unlink(missing_ok=True)
-            log.warning("the flower deployment failed; its logs are in %s", wd.logs)
-
-
-@dataclass(frozen=True)
-class _Workdir:
-    """The temporary folder of a deployment run: Flower's home, the app, the logs and the pickles."""
-
-    work: Path
-    home: Path
-    app: Path
-    logs: Path
-    data: Path
-    spec: Path
-    result: Path
-
-
-def _write_app(work: Path, spec: _ServerSpec, clients: list[Any]) -> _Workdir:
-    """Write the pickled clients and server spec and the Flower app (pyproject, ServerApp and ClientApp modules
-    that load them) under ``work``."""
-    wd = _Workdir(work, work / "home", work / "app", work / "logs", work / "clients.pkl", work / "server.pkl",
-                  work / "result.pkl")
-    pkg = wd.app / "privasr_flower_app"
-    for d in (wd.home, pkg, wd.logs):
-        d.mkdir(parents=True)
-    _dump(wd.data, (spec.algorithm, clients))
-    _dump(wd.spec, spec)
-    (wd.app / "pyproject.toml").write_text(_PYPROJECT)
-    (pkg / "__init__.py").write_text('"""A privasr federated run (generated)."""\n')
-    (pkg / "server_app.py").write_text("from privasr.federated.backends.flower import deployment_server_app\n\n"
-                                       f"app = deployment_server_app({str(wd.spec)!r}, {str(wd.result)!r})\n")
-    (pkg / "client_app.py").write_text("from privasr.federated.backends.flower import make_client_app\n\n"
-                                       f"app = make_client_app({str(wd.data)!r}, "
-                                       f"secure={spec.secagg is not None})\n")
-    return wd
-
-
-def _deployment_env(home: Path) -> dict[str, str]:
-    """The environment of Flower's processes: this Python's tools and privasr first, telemetry off."""
-    env = dict(os.environ)
-
-    def path_list(first: list[str], var: str) -> str:
-        return os.pathsep.join(first + ([env[var]] if env.get(var) else []))
-
-    env.update({"FLWR_HOME": str(home),
-                "FLWR_TELEMETRY_ENABLED": env.get("FLWR_TELEMETRY_ENABLED", "0"),
-                "RAY_USAGE_STATS_ENABLED": env.get("RAY_USAGE_STATS_ENABLED", "0"),
-                "PATH": path_list([str(Path(sys.executable).parent)], "PATH"),  # the SuperLink runs flower-superexec
-                "PYTHONPATH": path_list([p for p in sys.path if p], "PYTHONPATH")})  # the same privasr everywhere
-    return env
-
-
-def _start_federation(procs: _Processes, link_port: int, n: int, nodes_dir: Path | None) -> None:
-    """Start the SuperLink on ``link_port`` and, once it listens, ``n`` SuperNodes."""
-    procs.start("superlink", [_tool("flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                              "--host", "127.0.0.1", "--port", str(link_port)])
-    _wait_port(link_port, procs, 60.0)
-    for i in range(n):
-        # each SuperNode is told its own state folder, as a device would be configured with its own disk
-        node_config = f"partition-id={i} num-partitions={n}"
-        if nodes_dir is not None:
-            node_config += f" {STATE_DIR_KEY}='{nodes_dir}'"
-        procs.start(f"supernode-{i}", [_tool("flower-supernode"), "--insecure",
-                                       "--superlink", f"127.0.0.1:{link_port}",
-                                       "--host", "127.0.0.1", "--port", str(_free_port()),
-                                       "--node-config", node_config])
-
-
-def _flwr_run(app: Path, env: dict[str, str]) -> str:
-    """``flwr run`` the app on the local SuperLink; its run id."""
-    started = subprocess.run([_tool("flwr"), "run", str(app), "privasr", "--format", "json"], env=env,
-                             capture_output=True, text=True, timeout=120)
-    try:
-        return str(json.loads(started.stdout)["run-id"])
-    except (ValueError, KeyError, TypeError):
-        raise FederatedError(f"flwr run failed (status {started.returncode}):\n{started.stdout[-2000:]}\n"
-                             f"{started.stderr[-2000:]}") from None
-
-
-def _wait_for_result(wd: _Workdir, procs: _Processes, env: dict[str, str], run_id: str,
-                     run_timeout: float | None) -> None:
-    """Wait until the ServerApp has written its outcome; fail when a process dies, the run takes longer than
-    ``run_timeout`` or the SuperLink says it finished without one (asked every 10 s)."""
-    t0 = time.monotonic()
-    next_status = t0 + 10.0
-    while not wd.result.exists():
-        procs.check()
-        now = time.monotonic()
-        if run_timeout is not None and now - t0 > run_timeout:
-            raise FederatedError(f"the Flower run took longer than {run_timeout:g} s (logs in {wd.logs})")
-        if now >= next_status:
-            status = _run_status(env, run_id)
-            if status.startswith("finished") and not wd.result.exists():
-                raise FederatedError(f"the Flower run ended ({status}) without a result:\n"
-                                     f"{_tail(wd.logs / 'superlink.log', 30)}")
-            next_status = time.monotonic() + 10.0
-        time.sleep(0.1)
