@@ -52,6 +52,7 @@ def _register() -> None:
         data,
         decode,
         demo,
+        fed,
         fedlm,
         fmp,
         ftl,
@@ -69,6 +70,7 @@ def _register() -> None:
     app.add_typer(fmp.app, name="fmp")
     app.add_typer(fedlm.app, name="fedlm")
     app.add_typer(ftl.app, name="ftl")
+    app.add_typer(fed.app, name="fed")
     app.add_typer(confidence.app, name="confidence")
     app.add_typer(anon.app, name="anon")
     app.command("demo")(demo.demo)

@@ -706,20 +706,45 @@ def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any) -> Any:
                                              neighboring=neighboring))
 
 
+def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None
+               ) -> tuple[Any, Any, Any]:
+    """The fedlm algorithm of these settings, the config's sampler and the privacy settings (``None`` without DP)."""
+    from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
+
+    conf = FedLmConfig.from_dict(fedlm)
+    alg = FedLmAlgorithm(conf, model.lm.model.config, model.lm.vocab,
+                         model.init_params if init == "pretrained" else None)
+    sampler = cfg.federated.make_sampler()
+    return alg, sampler, _privacy(dp, conf.clip_norm, sampler)
+
+
+def federation(cfg: FedLmRunConfig, out: str | Path) -> Any:
+    """The main federated run of :func:`run_fedlm` (a :class:`~privasr.federated.loop.Federation`): the stages
+    before it (:func:`load_data`, :func:`build_model`, :func:`encode`), then its clients and algorithm with the
+    config's DP, sampler and secure aggregation, for ``privasr fed split``."""
+    from privasr.federated.loop import Federation
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = load_data(cfg)
+    model = build_model(cfg, out)
+    sets = encode(cfg, data, model)
+    alg, sampler, privacy = _algorithm(cfg, model, cfg.fedlm, cfg.init, cfg.dp)
+    fed = cfg.federated
+    return Federation(alg, list(sets.clients), cfg.rounds, sampler, cfg.seed, fed.min_clients, privacy, fed.secagg,
+                      key={"experiment": "fedlm", "name": cfg.name}, name=cfg.name)
+
+
 def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm: Mapping[str, Any], init: str,
               dp: DPSettings | None, ckpt: Path | None, eval_ids: Sequence[Sequence[int]] | None = None
               ) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], dict[str, Any], float]:
     """One federated run; the final parameters, the round history, privacy figures and its seconds."""
-    from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
     from privasr.federated.backends import run_on
 
     t0 = time.perf_counter()
-    conf = FedLmConfig.from_dict(fedlm)
-    alg = FedLmAlgorithm(conf, model.lm.model.config, model.lm.vocab,
-                         model.init_params if init == "pretrained" else None)
+    alg, sampler, privacy = _algorithm(cfg, model, fedlm, init, dp)
+    conf = alg.config
     fed = cfg.federated
-    sampler = fed.make_sampler()
-    privacy = _privacy(dp, conf.clip_norm, sampler)
     curve: list[float] = []
 
     def on_round(log: Any, state: Any) -> None:

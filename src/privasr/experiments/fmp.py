@@ -490,6 +490,16 @@ def _privacy(dp: Mapping[str, Any] | None, composition: str) -> Any:
                            PrivacyAccountant(accountant=dp["accountant"], target_delta=dp["delta"]), composition)
 
 
+def _algorithm(u: np.ndarray, fmp: Mapping[str, Any], lam: float, rounds: int, dp: Mapping[str, Any] | None,
+               bigram: Any, normalizer: Any) -> tuple[Any, Any]:
+    """The FMP algorithm of these settings and its privacy settings (``None`` without ``dp``)."""
+    from privasr.federated.algorithms.fmp import FmpAlgorithm, FmpConfig
+
+    cfg = dict(fmp) if dp is None else dp_settings(fmp, dp, rounds)
+    conf = FmpConfig.from_dict({**cfg, "lam": lam})
+    return FmpAlgorithm(conf, u, bigram, normalizer), _privacy(dp, conf.privacy_composition())
+
+
 def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam: float, rounds: int, *, seed: int,
              dp: Mapping[str, Any] | None = None, sampler: Any = None, backend: Any = None, min_clients: int = 1,
              checkpoint_dir: Path | None = None, flower_options: Mapping[str, Any] | None = None,
@@ -499,14 +509,10 @@ def simulate(clients: Sequence[Any], u: np.ndarray, fmp: Mapping[str, Any], lam:
     and privacy figures (``epsilon``, ``delta`` when ``dp`` is set). ``backend`` is a backend object, ``None``
     (local) or ``"flower"`` (:func:`~privasr.federated.backends.flower.run_flower` with ``flower_options``;
     ``secagg``: its secure aggregation settings)."""
-    from privasr.federated.algorithms.fmp import FmpAlgorithm, FmpConfig
     from privasr.federated.backends import run_on
     from privasr.federated.sampling import AllClients
 
-    cfg = dict(fmp) if dp is None else dp_settings(fmp, dp, rounds)
-    conf = FmpConfig.from_dict({**cfg, "lam": lam})
-    alg = FmpAlgorithm(conf, u, bigram, normalizer)
-    privacy = _privacy(dp, conf.privacy_composition())
+    alg, privacy = _algorithm(u, fmp, lam, rounds, dp, bigram, normalizer)
     res = run_on(backend, alg, clients, options=flower_options if backend == "flower" else None,
                  checkpoint_dir=checkpoint_dir, rounds=rounds + 1, sampler=sampler or AllClients(), seed=seed,
                  min_clients=min_clients, privacy=privacy, secagg=secagg)
@@ -616,6 +622,26 @@ def evaluate(cfg: FmpRunConfig, p: _Prepared, tuned: _Tuned, chosen: Mapping[str
     if tuned.lam2_trace:
         metrics.update(lam2=tuned.fmp["lam2"], lam2_trace=tuned.lam2_trace)
     return metrics, base_words
+
+
+def federation(cfg: FmpRunConfig, out: str | Path) -> Any:
+    """The federated run :func:`run_fmp`'s test stage would make (a :class:`~privasr.federated.loop.Federation`):
+    the stages before it (:func:`prepare`, the clients, :func:`tune_lam` on dev), then the test clients and the
+    dev-tuned algorithm with the config's DP, sampler and secure aggregation, for ``privasr fed split``."""
+    from privasr.federated.loop import Federation
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = prepare(cfg, out)
+    key, rounds, bw, oc = cfg.clients.key, cfg.fmp.rounds, p.bias_weight, cfg.oracle_cache
+    dev_clients = build_clients(p.dev, p.dev_totals, p.dev_offsets, p.vocab, key, rounds, bw, oc)
+    test_clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, key, rounds, bw, oc)
+    norm = nnlm_normalizer(p.lm, [*p.dev, *p.test]) if cfg.normalize else None
+    tuned = tune_lam(cfg, p, dev_clients, norm)
+    alg, privacy = _algorithm(p.u, tuned.fmp, tuned.lam, rounds, cfg.dp_mapping(), p.bigram, norm)
+    fed = cfg.federated
+    return Federation(alg, test_clients, rounds + 1, fed.make_sampler(), cfg.seed, fed.min_clients, privacy,
+                      fed.secagg, key={"experiment": "fmp", "name": cfg.name}, name=cfg.name)
 
 
 def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -553,6 +553,23 @@ def _clients(cfg: FtlRunConfig, data: _Data, key: str) -> list[FtlClient]:
             for i, g in enumerate(_groups(data.client_speakers, cfg.clients.groups))]
 
 
+def federation(cfg: FtlRunConfig, out: str | Path) -> Any:
+    """The system's federated run of :func:`run_ftl` (a :class:`~privasr.federated.loop.Federation`): the stages
+    before it (:func:`prepare_data`, :func:`train_seed_model`), then its clients and algorithm with the config's
+    sampler and secure aggregation, for ``privasr fed split``."""
+    from privasr.federated.loop import Federation
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = prepare_data(cfg)
+    seed = train_seed_model(cfg, data, out / "cache")
+    alg = FtlAlgorithm(cfg.ftl, data.model, data.tok, init_state=seed.params,
+                       replay=data.server_examples if cfg.ftl.replay_steps else None)
+    fed = cfg.federated
+    return Federation(alg, _clients(cfg, data, cfg.clients.key), cfg.rounds, fed.make_sampler(), cfg.seed,
+                      fed.min_clients, None, fed.secagg, key={"experiment": "ftl", "name": cfg.name}, name=cfg.name)
+
+
 def _federate(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path, sampler: Any, name: str, ftl_cfg: FtlConfig,
               key: str) -> dict[str, Any]:
     """One federated run from the seed model (checkpointed in ``out/checkpoint/<name>``, resumed): the

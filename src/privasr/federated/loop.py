@@ -56,7 +56,8 @@ from privasr.federated.backends.local import LocalBackend
 from privasr.federated.core import ClientTask, FederatedError, SumAccumulator, client_seed
 from privasr.federated.tree import load_tree, save_tree
 
-__all__ = ["run_federated", "check_run_arguments", "RoundLog", "FederatedResult", "PrivacySettings", "CHECKPOINT_NAME"]
+__all__ = ["run_federated", "check_run_arguments", "RoundLog", "FederatedResult", "PrivacySettings", "Federation",
+           "CHECKPOINT_NAME"]
 
 log = logging.getLogger("privasr.federated")
 
@@ -111,6 +112,26 @@ class FederatedResult:
     client_states: dict[int, Any]
     history: list[RoundLog] = field(default_factory=list)
     resumed_from: int = 0
+
+
+@dataclass
+class Federation:
+    """One federated run's algorithm, clients and loop settings: what a runner hands to a backend.
+
+    ``privasr fed split`` writes one (the clients to their own folders, the rest for the ServerApp); the fields
+    are :func:`run_federated`'s arguments, plus ``secagg`` (Flower backends only).
+    """
+
+    algorithm: Any
+    clients: list[Any]
+    rounds: int
+    sampler: Any
+    seed: int = 0
+    min_clients: int = 1
+    privacy: PrivacySettings | None = None
+    secagg: Any = None
+    key: Any = None
+    name: str = ""
 
 
 def check_run_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any) -> None:

@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("flwr")
 
 from privasr.errors import ConfigError  # noqa: E402
-from privasr.federated.backends.flower import _dump, _serve, _ServerSpec, check_secagg, make_client_app  # noqa: E402
+from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, make_client_app  # noqa: E402
+from privasr.federated.backends.flower_deploy import _dump  # noqa: E402
 from privasr.federated.backends.flower_inprocess import InProcessGrid as SecureGrid  # noqa: E402
 from privasr.federated.backends.flower_inprocess import task_identity  # noqa: E402
 from privasr.federated.core import FederatedError, SumAccumulator, Update  # noqa: E402

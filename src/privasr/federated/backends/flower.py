@@ -87,7 +87,13 @@ from typing import Any
 import numpy as np
 
 from privasr.errors import ConfigError, InputError
-from privasr.federated.backends.flower_deploy import DATA_DIR_KEY, STATE_DIR_KEY, _dump, _run_deployment
+from privasr.federated.backends.flower_deploy import (
+    ALGORITHM_KEY,
+    DATA_DIR_KEY,
+    STATE_DIR_KEY,
+    _dump,
+    _run_deployment,
+)
 from privasr.federated.backends.flower_secagg import (
     SECURE,
     decode_round,
@@ -217,6 +223,8 @@ def _node_client(folder: Path, index: int) -> Any:
 def _node_data(context: Any, algorithm_path: str) -> tuple[Any, Any]:
     """The algorithm and the node's clients by index: ``{index: client}`` read from the node's own data folder
     when it has one (deployment), else the population pickled with the algorithm (simulation)."""
+    if context.node_config is not None and context.node_config.get(ALGORITHM_KEY):
+        algorithm_path = str(context.node_config[ALGORITHM_KEY])  # where this device keeps the public model
     algorithm, clients = _load(algorithm_path)
     folder = _node_data_dir(context)
     if folder is not None:

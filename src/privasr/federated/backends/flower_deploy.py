@@ -48,7 +48,7 @@ from privasr.federated.core import FederatedError
 from privasr.federated.credentials import Credentials, make_credentials
 from privasr.federated.loop import FederatedResult
 
-__all__ = ["supernode_config", "STATE_DIR_KEY", "DATA_DIR_KEY", "LOOPBACK_HOSTS"]
+__all__ = ["supernode_config", "STATE_DIR_KEY", "DATA_DIR_KEY", "ALGORITHM_KEY", "LOOPBACK_HOSTS"]
 
 log = logging.getLogger("privasr.federated")
 
@@ -57,6 +57,9 @@ STATE_DIR_KEY = "privasr-state-dir"
 DATA_DIR_KEY = "privasr-data-dir"
 """The node-config key of a SuperNode's own data folder (a :func:`~privasr.federated.client_store.save_client`
 folder: the one client it serves)."""
+ALGORITHM_KEY = "privasr-algorithm"
+"""The node-config key of the path of the pickled algorithm on a SuperNode's machine (default: the path the
+generated app was written with, which is right on the machine that wrote it)."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 """The names the loopback SuperLink's certificate is made for."""
 
@@ -192,10 +195,12 @@ def _write_app(wd: _Workdir, spec: Any) -> None:
                                        f"secure={getattr(spec, 'secagg', None) is not None})\n")
 
 
-def _write_flwr_config(wd: _Workdir, port: int, creds: Credentials) -> None:
-    """``FLWR_HOME/config.toml``: the ``privasr`` connection to the SuperLink, verified with the CA."""
-    wd.home.mkdir(parents=True, exist_ok=True)
-    (wd.home / "config.toml").write_text(_FLWR_CONFIG.format(port=port, ca=json.dumps(str(creds.ca_cert))))
+def _write_flwr_config(wd: _Workdir, port: int, creds: Credentials, home: Path | None = None) -> None:
+    """``FLWR_HOME/config.toml`` (``home``, default ``wd.home``): the ``privasr`` connection to the loopback
+    SuperLink, verified with the CA."""
+    home = wd.home if home is None else home
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(_FLWR_CONFIG.format(port=port, ca=json.dumps(str(creds.ca_cert))))
 
 
 def _deployment_env(home: Path) -> dict[str, str]:
@@ -462,39 +467,55 @@ def _keep_only_logs(wd: _Workdir) -> bool:
     return True
 
 
-def _run_deployment(spec: Any, clients: list[Any], nodes_dir: Path | None, *, run_timeout: float | None,
-                    keep_workdir: bool) -> FederatedResult:
-    """Run ``spec`` (the flower module's server spec) over ``clients`` on loopback (see the module docstring);
-    clean up, keeping only the logs of a run that failed in Flower (or everything with ``keep_workdir``)."""
-    wd = _Workdir(Path(tempfile.mkdtemp(prefix="privasr-flower-")))
-    procs: _Processes | None = None
-    clean = False  # remove the whole folder at the end (else everything but the logs)
+def _execute(wd: _Workdir, data_dirs: Sequence[Path], creds: Credentials, nodes_dir: Path | None, *,
+             run_timeout: float | None, home: Path | None = None) -> dict[str, Any]:
+    """Run the app written in ``wd`` on loopback: the SuperLink on a free port, one SuperNode per data folder,
+    ``flwr run``; stop every process; the ServerApp's outcome (``{"ok": True, "result": ..., "accountant":
+    ...}``). ``home``: the ``FLWR_HOME`` to use (default ``wd.home``)."""
+    home = wd.home if home is None else home
+    port = _free_port()
+    _write_flwr_config(wd, port, creds, home)
+    env = _deployment_env(home)
+    wd.logs.mkdir(parents=True, exist_ok=True)
+    procs = _Processes(env, wd.logs)
     try:
-        data_dirs = split_clients(clients, wd.data)  # each SuperNode's own disk
-        _write_app(wd, spec)
-        creds = make_credentials(wd.credentials, nodes=len(clients), hosts=LOOPBACK_HOSTS)
-        port = _free_port()
-        _write_flwr_config(wd, port, creds)
-        env = _deployment_env(wd.home)
-        procs = _Processes(env, wd.logs)
         _start_federation(procs, port, creds, data_dirs, nodes_dir)
         run_id = _flwr_run(wd.app, env)
         log.info("flower deployment run %s started (work folder %s)", run_id, wd.work)
         _wait_for_result(wd, procs, env, run_id, run_timeout)
         with open(wd.result, "rb") as f:
-            outcome = pickle.load(f)  # noqa: S301 - written by our own ServerApp
-        if not outcome["ok"]:
-            if outcome["federated"]:
-                clean = True  # the run itself failed (e.g. too few clients), not Flower: no logs to keep
-                raise FederatedError(outcome["message"])
-            raise FederatedError(f"the ServerApp failed: {outcome['error']}\n{outcome['traceback']}")
-        if spec.privacy is not None and outcome["accountant"] is not None:
-            spec.privacy.accountant.load_state_dict(outcome["accountant"])
-        clean = True
-        return outcome["result"]  # type: ignore[no-any-return]
+            outcome: dict[str, Any] = pickle.load(f)  # noqa: S301 - written by our own ServerApp
+        return outcome
     finally:
-        if procs is not None:
-            procs.stop()
+        procs.stop()
+
+
+def _result_of(outcome: dict[str, Any], privacy: Any) -> FederatedResult:
+    """The run's result from the ServerApp's outcome (its accountant loaded into ``privacy``), or the error."""
+    if not outcome["ok"]:
+        if outcome["federated"]:
+            raise FederatedError(outcome["message"])
+        raise FederatedError(f"the ServerApp failed: {outcome['error']}\n{outcome['traceback']}")
+    if privacy is not None and outcome["accountant"] is not None:
+        privacy.accountant.load_state_dict(outcome["accountant"])
+    return outcome["result"]  # type: ignore[no-any-return]
+
+
+def _run_deployment(spec: Any, clients: list[Any], nodes_dir: Path | None, *, run_timeout: float | None,
+                    keep_workdir: bool) -> FederatedResult:
+    """Run ``spec`` (the flower module's server spec) over ``clients`` on loopback (see the module docstring);
+    clean up, keeping only the logs of a run that failed in Flower (or everything with ``keep_workdir``)."""
+    wd = _Workdir(Path(tempfile.mkdtemp(prefix="privasr-flower-")))
+    clean = False  # remove the whole folder at the end (else everything but the logs)
+    try:
+        data_dirs = split_clients(clients, wd.data)  # each SuperNode's own disk
+        _write_app(wd, spec)
+        creds = make_credentials(wd.credentials, nodes=len(clients), hosts=LOOPBACK_HOSTS)
+        outcome = _execute(wd, data_dirs, creds, nodes_dir, run_timeout=run_timeout)
+        # a run that failed by itself (e.g. too few clients), not in Flower, has no logs worth keeping
+        clean = outcome["ok"] or bool(outcome["federated"])
+        return _result_of(outcome, spec.privacy)
+    finally:
         if keep_workdir:
             pass
         elif clean:
