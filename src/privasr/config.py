@@ -273,8 +273,11 @@ def _hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
         import sys
 
-        module = sys.modules.get(cls.__module__)
-        _HINTS[cls] = typing.get_type_hints(cls, globalns=vars(module) if module else None)
+        try:  # each class's annotations in its own module (a subclass may inherit fields from another module)
+            _HINTS[cls] = typing.get_type_hints(cls)
+        except NameError:  # a class made where its names are not module globals (a doctest, a function)
+            module = sys.modules.get(cls.__module__)
+            _HINTS[cls] = typing.get_type_hints(cls, globalns=vars(module) if module else None)
     return _HINTS[cls]
 
 

@@ -289,3 +289,23 @@ def test_fedlm_deltas_need_a_bound_and_sum_within_the_quantisation_error(client_
     result = _serve(SecureGrid(client_app(alg, clients), 3), _spec(alg, 3, SECURE, rounds=3, seed=1))
     gaps = [float(np.abs(result.state["params"][k] - v).max()) for k, v in local.state["params"].items()]
     assert 0 < max(gaps) < 1e-3
+
+
+def test_fmp_distributed_laplace_noise_is_accounted_at_its_target(client_app):
+    """FMP's Laplace noise in Gamma-difference shares: epsilon is the target (parallel composition, one event),
+    the server adds nothing, and the noisy sum differs from the exact one by about the noise's scale."""
+    from privasr.privacy.dp.mechanisms import LaplaceMechanism
+
+    alg, clients = _fmp()
+    mech = LaplaceMechanism(sensitivity=1.0, epsilon=0.5)
+    priv = PrivacySettings(mech, Accountant(), composition="parallel")
+    settings = SecAggSettings(enabled=True, noise="distributed")
+    result = _serve(SecureGrid(client_app(alg, clients), 4),
+                    _spec(alg, 4, settings, privacy=priv, min_clients=4, seed=4))
+    assert [type(e).__name__ for e in priv.accountant.events] == ["LaplaceDpEvent"]
+    assert priv.accountant.events[0].noise_multiplier == pytest.approx(2.0)  # 1 / epsilon: the target, once
+    assert [h.metrics["noise_shares"] for h in result.history] == [4.0, 4.0, 4.0]
+    exact = run_federated(alg, clients, rounds=3, sampler=AllClients(), seed=4)
+    gap = np.abs(result.state["sum"] - exact.state["sum"])  # three rounds of Laplace(2) per word
+    assert 0.5 < gap.mean() < 8.0
+    assert all(h.metrics["secagg_clipped"] == 0 for h in result.history)
