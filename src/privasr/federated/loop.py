@@ -219,25 +219,16 @@ def run_federated(
         picked = np.asarray(sampler.sample(n, r, seed), dtype=np.int64)
         tasks = [ClientTask(slot, int(i), clients[int(i)], client_states.get(int(i)), client_seed(seed, r, int(i), slot))
                  for slot, i in enumerate(picked)]
-        secure = getattr(backend, "secagg", None)  # a backend that sums updates securely (SecAgg+)
-        shares = (min_clients, 0) if secure is not None and privacy is not None and secure.noise == "distributed" \
-            else None
-        if secure is None:
-            acc, reported, dropped, new_states, client_s = _gather(
-                algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
-        else:
-            noise = None if shares is None else (privacy.mechanism.to_spec(), shares[0])  # type: ignore[union-attr]
-            outs, acc, clipped = backend.run_secure(algorithm, payload, tasks, client_timeout, noise)
-            _, reported, dropped, new_states, client_s = _gather(algorithm, outs, r, summed=True)
+        acc, reported, dropped, new_states, client_s, metrics, shares = _round_sum(
+            algorithm, backend, payload, tasks, client_timeout, privacy, min_clients, r)
         if reported < min_clients:
             raise FederatedError(f"round {r}: only {reported} of {len(tasks)} sampled clients reported "
                                  f"(min_clients={min_clients}); dropped: {dropped}")
         for i, (_, s) in new_states.items():
             client_states[i] = s
-        metrics: dict[str, Any] = {} if secure is None else {"secagg_clipped": float(clipped)}
         if privacy is not None:
             acc, dp = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r,
-                                 None if shares is None else (shares[0], reported))
+                                 None if shares is None else (shares, reported))
             metrics.update(dp)
         state, m = algorithm.server_update(state, acc, r, np.random.default_rng([seed, r, 4]))
         metrics = {**dict(m or {}), **metrics}
@@ -266,6 +257,24 @@ def _load_checkpoint(ckpt: Path, run_key: str, privacy: PrivacySettings | None
         privacy.accountant.load_state_dict(saved["accountant"])
     log.info("resuming at round %d from %s", start, ckpt)
     return start, state, client_states, history
+
+
+def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTask], client_timeout: float | None,
+               privacy: PrivacySettings | None, min_clients: int, r: int
+               ) -> tuple[Any, int, dict[str, str], dict[int, tuple[int, Any]], float, dict[str, Any], int | None]:
+    """Run round ``r``'s clients on ``backend`` and sum what they sent: :func:`_gather`'s figures, the round's
+    first metrics and, when the clients add the DP noise in shares, the number of shares that make it
+    (``min_clients``). A backend with ``secagg`` (SecAgg+) sums the updates itself: the server gets the sum only."""
+    secure = getattr(backend, "secagg", None)
+    if secure is None:
+        acc, reported, dropped, new_states, client_s = _gather(
+            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
+        return acc, reported, dropped, new_states, client_s, {}, None
+    parts = min_clients if privacy is not None and secure.noise == "distributed" else None
+    noise = None if parts is None or privacy is None else (privacy.mechanism.to_spec(), parts)
+    outs, acc, clipped = backend.run_secure(algorithm, payload, tasks, client_timeout, noise)
+    _, reported, dropped, new_states, client_s = _gather(algorithm, outs, r, summed=True)
+    return acc, reported, dropped, new_states, client_s, {"secagg_clipped": float(clipped)}, parts
 
 
 def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False
