@@ -47,6 +47,7 @@ def _register() -> None:
     from privasr.cli import (
         anon,
         anonymize,
+        audit,
         bench,
         confidence,
         data,
@@ -78,6 +79,7 @@ def _register() -> None:
     app.command("decode")(decode.decode)
     app.command("adapt")(decode.adapt)
     app.command("anonymize")(anonymize.anonymize)
+    app.command("audit")(audit.audit)
 
 
 _register()
