@@ -1,0 +1,1 @@
+"""Tests of privasr.privacy.audit."""
