@@ -36,3 +36,44 @@ def test_config_errors(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("anon: {data: nowhere}\n")
     assert main(["audit", "--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "o")]) == 2
     assert "anon.data" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from privasr.synth import SynthConfig, generate
+
+    d = tmp_path_factory.mktemp("synth")
+    generate(SynthConfig.preset("tiny", seed=1)).write(d)
+    return d
+
+
+def _fmp_config(corpus, tmp):
+    text = str(corpus / "text" / "background.txt")
+    return {"name": "fmp-audit", "seed": 0,
+            "data": {"dev": str(corpus / "nbest" / "dev.jsonl"), "test": str(corpus / "nbest" / "test.jsonl")},
+            "clients": {"key": "client"},
+            "nnlm": {"neural": {"train": {"text": text, "valid": text, "preset": "tiny-transformer", "seed": 0,
+                                          "options": {"max_epochs": 1, "batch_size": 32, "lr": 0.01, "patience": 0,
+                                                      "amp": False}}}},
+            "cache_dir": str(tmp / "cache"),
+            "search": {"ranges": {"lm": [0, 2, 0.5], "nnlm": [0, 2, 0.5], "word_penalty": [-2, 2, 1]}},
+            "fmp": {"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": 2}, "lam_grid": [0.5, 1.0],
+            "dp": {"epsilon": 1.0, "unit": "utterance", "cap": 1.0, "accountant": "pld", "delta": 1.0e-5}}
+
+
+def test_fmp_membership_games(corpus, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("dp_accounting")
+    cfg = load_audit_config({"name": "t", "seed": 0, "fmp": {"config": _fmp_config(corpus, tmp_path),
+                                                             "population": 3, "trials": 60}})
+    m = run_audit(cfg, tmp_path / "out")
+    # without noise the planted word gives every member away: the bound is all the trials can prove
+    for game in ("uploads", "aggregate"):
+        assert m[f"fmp_{game}_tpr"] == 1.0 and m[f"fmp_{game}_fpr"] == 0.0 and m[f"fmp_{game}_eps_lb"] > 1.0
+    # with the DP release the audit never claims more than the accountant's epsilon
+    assert m["fmp_dp_aggregate_epsilon"] == pytest.approx(1.0, abs=1e-3)
+    assert 0.0 <= m["fmp_dp_aggregate_eps_lb"] <= m["fmp_dp_aggregate_epsilon"]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    games = res["sections"]["fmp"]["games"]
+    assert games["uploads"]["eps_lb"] == pytest.approx(games["uploads"]["eps_lb_max"])
+    assert "| the round's noisy sum (DP) |" in (tmp_path / "out" / "report.md").read_text()

@@ -8,15 +8,29 @@ Stages (each runs when its config section is present):
    the share of gold mentions with a word left, per label (:func:`~privasr.anon.ner_metrics.leak_counts`), and
    person-name canaries planted in the same documents (:mod:`privasr.anon.canaries`: names a gazetteer lists
    and made-up ones it cannot), counted after anonymisation.
+2. :func:`audit_fmp` (section ``fmp``): FMP's clients and algorithm from an FMP runner config
+   (:func:`privasr.experiments.fmp.federation`), rare words no client uses planted in clients
+   (:func:`~privasr.federated.audit.plant_fmp`), and three membership games whose error rates become an
+   empirical epsilon lower bound (:func:`~privasr.privacy.audit.threshold_attack`, Clopper-Pearson):
+
+   * ``uploads``: the server without secure aggregation sees each client's round-0 upload; a random half of
+     the clients carry the canary; each client is a trial (runs repeated until ``trials`` clients were scored);
+   * ``aggregate``: with secure aggregation the server (and everyone after it) sees only the round's sum; one
+     secret per trial: each trial is a fresh run in which a random target carries the canary with probability
+     1/2, scored by the canary's count in the sum (computed on the configured backend: SecAgg+'s unmasked sum
+     equals it within the quantisation error);
+   * ``dp_aggregate`` (when the config has ``dp``): the same game on the noisy sum the DP run releases, the bound
+     shown beside the accountant's epsilon of that release.
 
 Then ``results.json`` (config, seed, version, data fingerprints, metrics) and ``report.md``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +39,8 @@ import numpy as np
 from privasr.config import Context, from_mapping, setting, to_dict
 from privasr.errors import ConfigError
 
-__all__ = ["AuditConfig", "AnonAuditSettings", "load_audit_config", "run_audit", "audit_anonymisation"]
+__all__ = ["AuditConfig", "AnonAuditSettings", "FmpAuditSettings", "load_audit_config", "run_audit",
+           "audit_anonymisation", "audit_fmp"]
 
 
 @dataclass(frozen=True)
@@ -54,16 +69,43 @@ class AnonAuditSettings:
 
 
 @dataclass(frozen=True)
+class FmpAuditSettings:
+    """The ``fmp`` section: membership of planted rare words in what FMP's server sees.
+
+    ``config``: an FMP runner config (a path, or the mapping itself) whose stages up to the federated run are
+    run (:func:`~privasr.experiments.fmp.federation`); ``set``: overrides of it (dotted keys); ``backend``:
+    ``local`` or ``ray``; ``population``: how many of its clients take part in the games (the first ones;
+    ``null``: all); ``canary_words``: rare word ids planted; ``repeats``: planted utterances per member;
+    ``trials``: trials per game; ``confidence``: of the Clopper-Pearson bounds.
+    """
+
+    config: Any = None
+    set: dict[str, Any] = field(default_factory=dict)
+    backend: str = setting("local", choices=("local", "ray"))
+    population: int | None = setting(4, min=2)
+    canary_words: int = setting(1, min=1)
+    repeats: int = setting(1, min=1)
+    trials: int = setting(200, min=10)
+    confidence: float = setting(0.95, gt=0.0, lt=1.0)
+
+    def __config_check__(self, where: str, ctx: Any) -> None:
+        if not isinstance(self.config, str | dict):
+            raise ConfigError(f"config key '{where}.config': {self.config!r}",
+                              expected="the path of an FMP runner config, or the config itself")
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     """A ``privasr audit`` config (schema of :mod:`privasr.config`)."""
 
     name: str = "audit"
     seed: int = setting(0, min=0)
     anon: AnonAuditSettings | None = None
+    fmp: FmpAuditSettings | None = None
 
     def __config_check__(self, where: str, ctx: Any) -> None:
-        if self.anon is None:
-            raise ConfigError("the audit config has no section to run", expected="an `anon` section")
+        if self.anon is None and self.fmp is None:
+            raise ConfigError("the audit config has no section to run", expected="an `anon` or `fmp` section")
 
 
 def load_audit_config(config: Any, *, check_files: bool = True) -> AuditConfig:
@@ -152,6 +194,89 @@ def audit_anonymisation(s: AnonAuditSettings, seed: int) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0}
 
 
+def _fmp_federation(s: FmpAuditSettings, out: Path) -> Any:
+    """The FMP runner's federated run of ``s.config`` (its preparation stages run in ``out``)."""
+    from privasr.config import apply_overrides, read_config
+    from privasr.errors import InputError
+    from privasr.experiments.fmp import federation, load_fmp_config
+
+    raw = read_config(s.config) if isinstance(s.config, str) else dict(s.config)
+    raw = apply_overrides(raw, dict(s.set))
+    try:
+        cfg = load_fmp_config(raw)
+    except InputError as e:
+        raise e.at(s.config) if isinstance(s.config, str) else e from None
+    return federation(cfg, out)
+
+
+def _bound(scores: Any, labels: Any, s: FmpAuditSettings, rng: np.random.Generator, delta: float = 0.0
+           ) -> dict[str, Any]:
+    """The attack's bound (threshold chosen on half the trials, counted on the other half) and the largest
+    bound those evaluation trials could show at all (perfect separation), which limits what can be proven."""
+    from privasr.privacy.audit import epsilon_lower_bound, threshold_attack
+
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
+    r = threshold_attack(scores[labels], scores[~labels], delta=delta, confidence=s.confidence, rng=rng)
+    best = epsilon_lower_bound(r.tp + r.fn, 0, 0, r.fp + r.tn, delta=delta, confidence=s.confidence)
+    return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": float(best)}
+
+
+def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
+    """Stage 2 (see the module docstring): the three membership games on FMP."""
+    from privasr.federated.audit import (
+        RecordingBackend,
+        fmp_aggregate_trials,
+        fmp_membership_scores,
+        fmp_trial_runner,
+        plant_fmp,
+        unused_ids,
+    )
+    from privasr.federated.backends import make_backend, run_on
+    from privasr.federated.sampling import AllClients
+
+    t0 = time.perf_counter()
+    fed = _fmp_federation(s, out / "fmp-prepare")
+    clients = list(fed.clients)[: s.population] if s.population is not None else list(fed.clients)
+    if len(clients) < 2:
+        raise ConfigError(f"the FMP config gives {len(clients)} clients", expected="at least 2 for the games")
+    alg = fed.algorithm
+    free = unused_ids(clients, alg.vocab_size)
+    if free.size < s.canary_words:
+        raise ConfigError(f"fmp.canary_words={s.canary_words}", expected=f"at most {free.size} (words no client uses)")
+    rng = np.random.default_rng([seed, 22, 2])
+    canary = [int(i) for i in rng.choice(free, size=s.canary_words, replace=False)]
+    backend = make_backend(s.backend)
+    try:
+        scores, labels = [], []
+        while len(scores) < s.trials:  # uploads: each client of each run is a trial
+            members = rng.random(len(clients)) < 0.5
+            rec = RecordingBackend(backend)
+            run_on(rec, alg, plant_fmp(clients, alg.vocab_size, canary, members, rng, s.repeats), rounds=1,
+                   sampler=AllClients(), seed=int(rng.integers(2 ** 31 - 1)))
+            t = fmp_membership_scores(rec.views, canary, members, round=0)
+            scores += t.scores.tolist()
+            labels += t.labels.tolist()
+        games = {"uploads": _bound(scores, labels, s, rng)}
+        run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats, backend=backend)
+        t = fmp_aggregate_trials(run, s.trials, rng)
+        games["aggregate"] = _bound(t.scores, t.labels, s, rng)
+        if fed.privacy is not None:
+            template = copy.deepcopy(fed.privacy)
+            run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats, backend=backend,
+                                   privacy=lambda: copy.deepcopy(template))
+            t = fmp_aggregate_trials(run, s.trials, rng)
+            accountant = copy.deepcopy(template.accountant)
+            accountant.step(template.mechanism.dp_event())  # one release: the round the game scores
+            delta = float(accountant.target_delta)
+            games["dp_aggregate"] = {**_bound(t.scores, t.labels, s, rng, delta),
+                                     "epsilon_accountant": float(accountant.epsilon()), "delta_accountant": delta,
+                                     "mechanism": template.mechanism.to_spec()}
+    finally:
+        backend.close()
+    return {"clients": len(clients), "vocab_size": int(alg.vocab_size), "canary_ids": canary,
+            "repeats": s.repeats, "backend": s.backend, "games": games, "seconds": time.perf_counter() - t0}
+
+
 def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the configured stages; write ``out/results.json`` and ``out/report.md``; return the metrics."""
     from privasr.results import write_results
@@ -167,6 +292,14 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
         for source, r in a["canaries"].items():
             metrics[f"anon_canary_leak_rate_{source}"] = r["leak_rate_any"]
             metrics[f"anon_canary_full_leak_rate_{source}"] = r["leak_rate_full"]
+    if cfg.fmp is not None:
+        sections["fmp"] = audit_fmp(cfg.fmp, cfg.seed, out)
+        for game, r in sections["fmp"]["games"].items():
+            metrics[f"fmp_{game}_eps_lb"] = r["eps_lb"]
+            metrics[f"fmp_{game}_tpr"] = r["tpr"]
+            metrics[f"fmp_{game}_fpr"] = r["fpr"]
+            if "epsilon_accountant" in r:
+                metrics[f"fmp_{game}_epsilon"] = r["epsilon_accountant"]
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
     (out / "report.md").write_text(_report(cfg, sections), encoding="utf-8")
@@ -187,4 +320,20 @@ def _report(cfg: AuditConfig, sections: dict[str, Any]) -> str:
             lines.append(f"| {source} | {r['canaries']} | {r['leaked_any']} ({r['leak_rate_any']:.3f}) | "
                          f"{r['leaked_full']} ({r['leak_rate_full']:.3f}) |")
         lines.append("")
+    f = sections.get("fmp")
+    if f is not None:
+        lines += ["## FMP: membership of a planted rare word", "",
+                  f"{f['clients']} clients, vocabulary {f['vocab_size']}, {len(f['canary_ids'])} canary word(s) in "
+                  f"{f['repeats']} planted utterance(s) per member, backend {f['backend']}.", "",
+                  "| what the attacker sees | trials | TPR | FPR | epsilon lower bound | provable at most | "
+                  "accountant's epsilon |", "|---|---:|---:|---:|---:|---:|---:|"]
+        names = {"uploads": "each client's upload (no SecAgg)", "aggregate": "the round's sum (SecAgg, no DP)",
+                 "dp_aggregate": "the round's noisy sum (DP)"}
+        for game, r in f["games"].items():
+            eps = f"{r['epsilon_accountant']:.3g}" if "epsilon_accountant" in r else "none"
+            lines.append(f"| {names[game]} | {r['trials']} | {r['tpr']:.3f} | {r['fpr']:.3f} | {r['eps_lb']:.3f} | "
+                         f"{r['eps_lb_max']:.3f} | {eps} |")
+        lines += ["", "TPR and FPR are counted on the half of the trials the threshold was not chosen on; the bound "
+                  f"holds with confidence {cfg.fmp.confidence if cfg.fmp else 0.95:g} (Clopper-Pearson). "
+                  "\"Provable at most\" is the bound a perfect attack would get from as many trials.", ""]
     return "\n".join(lines)
