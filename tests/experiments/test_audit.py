@@ -77,3 +77,24 @@ def test_fmp_membership_games(corpus, tmp_path):
     games = res["sections"]["fmp"]["games"]
     assert games["uploads"]["eps_lb"] == pytest.approx(games["uploads"]["eps_lb_max"])
     assert "| the round's noisy sum (DP) |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_fedlm_section_runs_both_stages_into_the_report(corpus, tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    background = str(corpus / "text" / "background.txt")
+    fedlm = {"name": "t", "seed": 0, "data": {"kind": "nbest", "dev": str(corpus / "nbest" / "test.jsonl"),
+                                              "test": str(corpus / "nbest" / "dev.jsonl")},
+             "clients": {"key": "client"},
+             "nnlm": {"neural": {"train": {"text": background, "valid": background, "preset": "tiny-transformer",
+                                           "seed": 0, "options": {"max_epochs": 1, "batch_size": 32, "lr": 0.01,
+                                                                  "patience": 0, "amp": False}}}},
+             "cache_dir": str(tmp_path / "cache"), "rounds": 2,
+             "fedlm": {"loss": "token", "batch_size": 8, "client_lr": 1.0, "server": "fedavg"}}
+    cfg = load_audit_config({"seed": 0, "fedlm": {"config": fedlm, "noise_multipliers": [1.0], "cohort": 2,
+                                                  "canaries": {"n": 2, "repetitions": [1, 8], "candidates": 100}}})
+    m = run_audit(cfg, tmp_path / "out")
+    assert m["fedlm_wordset_recall"] == 1.0 and m["fedlm_wordset_precision"] == 1.0
+    assert {k for k in m if k.startswith("fedlm_exposure_")} >= {"fedlm_exposure_no_dp_1x", "fedlm_exposure_no_dp_8x"}
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.count("|---") >= 2 and "no DP" in report

@@ -21,6 +21,10 @@ Stages (each runs when its config section is present):
      equals it within the quantisation error);
    * ``dp_aggregate`` (when the config has ``dp``): the same game on the noisy sum the DP run releases, the bound
      shown beside the accountant's epsilon of that release.
+3. :func:`~privasr.experiments.audit_fedlm.audit_wordsets` and
+   :func:`~privasr.experiments.audit_fedlm.audit_exposure` (section ``fedlm``, :mod:`privasr.experiments.audit_fedlm`):
+   the word set a server reads from fedlm's embedding-row deltas (per client, a cohort's sum, with DP noise), and
+   Secret Sharer canary exposure against repetitions for no DP, clipping only and each noise multiplier.
 
 Then ``results.json`` (config, seed, version, data fingerprints, metrics) and ``report.md``.
 """
@@ -38,6 +42,7 @@ import numpy as np
 
 from privasr.config import Context, from_mapping, setting, to_dict
 from privasr.errors import ConfigError
+from privasr.experiments.audit_fedlm import FedlmAuditSettings
 
 __all__ = ["AuditConfig", "AnonAuditSettings", "FmpAuditSettings", "load_audit_config", "run_audit",
            "audit_anonymisation", "audit_fmp"]
@@ -102,10 +107,12 @@ class AuditConfig:
     seed: int = setting(0, min=0)
     anon: AnonAuditSettings | None = None
     fmp: FmpAuditSettings | None = None
+    fedlm: FedlmAuditSettings | None = None
 
     def __config_check__(self, where: str, ctx: Any) -> None:
-        if self.anon is None and self.fmp is None:
-            raise ConfigError("the audit config has no section to run", expected="an `anon` or `fmp` section")
+        if self.anon is None and self.fmp is None and self.fedlm is None:
+            raise ConfigError("the audit config has no section to run",
+                              expected="an `anon`, `fmp` or `fedlm` section")
 
 
 def load_audit_config(config: Any, *, check_files: bool = True) -> AuditConfig:
@@ -277,6 +284,14 @@ def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
             "repeats": s.repeats, "backend": s.backend, "games": games, "seconds": time.perf_counter() - t0}
 
 
+def _audit_fedlm(s: FedlmAuditSettings, seed: int, out: Path) -> dict[str, Any]:
+    """Stage 3: fedlm's run prepared once, then the word-set and exposure audits."""
+    from privasr.experiments.audit_fedlm import audit_exposure, audit_wordsets, prepare_fedlm
+
+    fed, _, info = prepare_fedlm(s, out, seed)
+    return {"run": info, "wordsets": audit_wordsets(fed, s, seed), "exposure": audit_exposure(fed, s, seed)}
+
+
 def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the configured stages; write ``out/results.json`` and ``out/report.md``; return the metrics."""
     from privasr.results import write_results
@@ -300,6 +315,15 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
             metrics[f"fmp_{game}_fpr"] = r["fpr"]
             if "epsilon_accountant" in r:
                 metrics[f"fmp_{game}_epsilon"] = r["epsilon_accountant"]
+    if cfg.fedlm is not None:
+        sections["fedlm"] = _audit_fedlm(cfg.fedlm, cfg.seed, out)
+        w, e = sections["fedlm"]["wordsets"], sections["fedlm"]["exposure"]
+        metrics["fedlm_wordset_recall"] = w["per_client"]["recall_mean"]
+        metrics["fedlm_wordset_precision"] = w["per_client"]["precision_mean"]
+        for row in e["rows"]:
+            for reps, v in row["exposure"].items():
+                key = "".join(c if c.isalnum() else "_" for c in str(row["setting"]).lower())
+                metrics[f"fedlm_exposure_{key}_{reps}x"] = v
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
     (out / "report.md").write_text(_report(cfg, sections), encoding="utf-8")
@@ -336,4 +360,9 @@ def _report(cfg: AuditConfig, sections: dict[str, Any]) -> str:
         lines += ["", "TPR and FPR are counted on the half of the trials the threshold was not chosen on; the bound "
                   f"holds with confidence {cfg.fmp.confidence if cfg.fmp else 0.95:g} (Clopper-Pearson). "
                   "\"Provable at most\" is the bound a perfect attack would get from as many trials.", ""]
+    fl = sections.get("fedlm")
+    if fl is not None:
+        from privasr.experiments.audit_fedlm import exposure_report, wordsets_report
+
+        lines += [*wordsets_report(fl["wordsets"]), "", *exposure_report(fl["exposure"]), ""]
     return "\n".join(lines)
