@@ -98,3 +98,18 @@ def test_fedlm_section_runs_both_stages_into_the_report(corpus, tmp_path):
     assert {k for k in m if k.startswith("fedlm_exposure_")} >= {"fedlm_exposure_no_dp_1x", "fedlm_exposure_no_dp_8x"}
     report = (tmp_path / "out" / "report.md").read_text()
     assert report.count("|---") >= 2 and "no DP" in report
+
+
+def test_fmp_checkpoint_of_a_finished_run(corpus, tmp_path):
+    pytest.importorskip("torch")
+    from privasr.experiments.fmp import load_fmp_config, run_fmp
+
+    raw = _fmp_config(corpus, tmp_path)
+    raw.pop("dp")
+    run_fmp(load_fmp_config({**raw, "lam_grid": [1.0]}), tmp_path / "run")
+    m = run_audit(load_audit_config({"fmp_checkpoint": {"run": str(tmp_path / "run")}}), tmp_path / "out")
+    # no DP: every word one client used is in the released sum, every unused word is exactly 0
+    assert m["fmp_checkpoint_auc"] == 1.0 and m["fmp_checkpoint_fpr"] == 0.0
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(Exception, match="not a finished `privasr fmp run`"):
+        run_audit(load_audit_config({"fmp_checkpoint": {"run": str(tmp_path / "empty")}}), tmp_path / "out2")
