@@ -398,6 +398,8 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
         for row in e["rows"]:
             for reps, v in row["exposure"].items():
                 key = "".join(c if c.isalnum() else "_" for c in str(row["setting"]).lower())
+                if row["noise_multiplier"]:  # one row per noise multiplier
+                    key += f"_z{row['noise_multiplier']:g}"
                 metrics[f"fedlm_exposure_{key}_{reps}x"] = v
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
