@@ -113,3 +113,18 @@ def test_fmp_checkpoint_of_a_finished_run(corpus, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(Exception, match="not a finished `privasr fmp run`"):
         run_audit(load_audit_config({"fmp_checkpoint": {"run": str(tmp_path / "empty")}}), tmp_path / "out2")
+
+
+@pytest.mark.slow
+def test_fmp_games_on_flower_with_secure_aggregation(request, corpus, tmp_path):
+    """The aggregate games on Flower's simulation engine, each trial's sum unmasked by SecAgg+."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("twenty Flower simulations (minutes): run with -m slow")
+    pytest.importorskip("flwr")
+    raw = {**_fmp_config(corpus, tmp_path), "federated": {"backend": "flower", "secagg": {"enabled": True}}}
+    cfg = load_audit_config({"fmp": {"config": raw, "population": 3, "trials": 10, "backend": "flower"}})
+    m = run_audit(cfg, tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["sections"]["fmp"]["secagg"] is True
+    assert m["fmp_aggregate_tpr"] == 1.0 and m["fmp_aggregate_fpr"] == 0.0  # SecAgg hides who, not whether
+    assert m["fmp_dp_aggregate_eps_lb"] <= m["fmp_dp_aggregate_epsilon"]

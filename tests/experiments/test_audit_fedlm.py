@@ -147,7 +147,7 @@ def test_bad_settings_name_the_key(corpus, tmp_path, prepared):
         "fedlm.canaries.candidates": {"canaries": {"template": "pin {} {}", "candidates": 99}},
         "fedlm.canaries.n": {"canaries": {"n": 0}},
         "fedlm.noise_multipliers": {"noise_multipliers": [-1.0]},
-        "fedlm.backend": {"backend": "flower"},
+        "fedlm.backend": {"backend": "cloud"},
         "fedlm.cohort": {"cohort": 0},
         "fedlm.clip_norm": {"clip_norm": 0},
         "fedlm.canaries.size": {"canaries": {"size": 3}},

@@ -84,14 +84,16 @@ class FmpAuditSettings:
 
     ``config``: an FMP runner config (a path, or the mapping itself) whose stages up to the federated run are
     run (:func:`~privasr.experiments.fmp.federation`); ``set``: overrides of it (dotted keys); ``backend``:
-    ``local`` or ``ray``; ``population``: how many of its clients take part in the games (the first ones;
+    ``local``, ``ray`` or ``flower`` (Flower's simulation, with the config's ``federated.secagg``: the aggregate
+    games' sums are then SecAgg+'s; the uploads game records on local, where clients compute the same
+    updates); ``population``: how many of its clients take part in the games (the first ones;
     ``null``: all); ``canary_words``: rare word ids planted; ``repeats``: planted utterances per member;
     ``trials``: trials per game; ``confidence``: of the Clopper-Pearson bounds.
     """
 
     config: Any = None
     set: dict[str, Any] = field(default_factory=dict)
-    backend: str = setting("local", choices=("local", "ray"))
+    backend: str = setting("local", choices=("local", "ray", "flower"))
     population: int | None = setting(4, min=2)
     canary_words: int = setting(1, min=1)
     repeats: int = setting(1, min=1)
@@ -266,7 +268,10 @@ def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
         raise ConfigError(f"fmp.canary_words={s.canary_words}", expected=f"at most {free.size} (words no client uses)")
     rng = np.random.default_rng([seed, 22, 2])
     canary = [int(i) for i in rng.choice(free, size=s.canary_words, replace=False)]
-    backend = make_backend(s.backend)
+    flower = s.backend == "flower"
+    backend = make_backend("local" if flower else s.backend)
+    games_backend: Any = "flower" if flower else backend
+    secagg = fed.secagg if flower and getattr(fed.secagg, "enabled", False) else None
     try:
         scores, labels = [], []
         while len(scores) < s.trials:  # uploads: each client of each run is a trial
@@ -278,13 +283,14 @@ def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
             scores += t.scores.tolist()
             labels += t.labels.tolist()
         games = {"uploads": _bound(scores, labels, s, rng)}
-        run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats, backend=backend)
+        run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats, backend=games_backend,
+                               secagg=secagg)
         t = fmp_aggregate_trials(run, s.trials, rng)
         games["aggregate"] = _bound(t.scores, t.labels, s, rng)
         if fed.privacy is not None:
             template = copy.deepcopy(fed.privacy)
-            run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats, backend=backend,
-                                   privacy=lambda: copy.deepcopy(template))
+            run = fmp_trial_runner(alg, clients, canary, sampler=AllClients(), repeats=s.repeats,
+                                   backend=games_backend, secagg=secagg, privacy=lambda: copy.deepcopy(template))
             t = fmp_aggregate_trials(run, s.trials, rng)
             accountant = copy.deepcopy(template.accountant)
             accountant.step(template.mechanism.dp_event())  # one release: the round the game scores
@@ -295,7 +301,8 @@ def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
     finally:
         backend.close()
     return {"clients": len(clients), "vocab_size": int(alg.vocab_size), "canary_ids": canary,
-            "repeats": s.repeats, "backend": s.backend, "games": games, "seconds": time.perf_counter() - t0}
+            "repeats": s.repeats, "backend": s.backend, "secagg": secagg is not None, "games": games,
+            "seconds": time.perf_counter() - t0}
 
 
 def _drop_none(v: Any) -> Any:

@@ -125,7 +125,8 @@ class FedlmAuditSettings:
     ``config``: a fedlm runner config (a YAML path, ``${PRIVASR_DATA}`` expanded, or an inline mapping; its
     ``seed`` is replaced by the audit's); ``set``: dotted overrides applied to it like ``--set`` (nested mappings
     are merged key by key: ``{fedlm: {clip_norm: 1}}`` is ``{fedlm.clip_norm: 1}``); ``backend``: where the
-    clients run (``local`` or ``ray``, with ``backend_options``); ``noise_multipliers``: the DP rows (0: clipping
+    clients run (``local``, ``ray`` or ``flower``'s simulation, with ``backend_options``; the recorded round of
+    the word-set audit runs on local then, with the same client updates); ``noise_multipliers``: the DP rows (0: clipping
     only); ``no_dp``: also a row without clipping; ``clip_norm``: the DP clipping bound (default the config's
     ``fedlm.clip_norm``, else 0.5); ``cohort``: the clients summed in the aggregate word-set attack.
 
@@ -134,7 +135,7 @@ class FedlmAuditSettings:
 
     config: Any = setting()
     set: dict[str, Any] = field(default_factory=dict)
-    backend: str = setting("local", choices=("local", "ray"))
+    backend: str = setting("local", choices=("local", "ray", "flower"))
     backend_options: dict[str, Any] = field(default_factory=dict)
     canaries: CanarySettings = field(default_factory=CanarySettings)
     noise_multipliers: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0)
@@ -256,9 +257,15 @@ def _min(xs: Sequence[float]) -> float:
     return float(np.nanmin(a)) if a.size and not np.isnan(a).all() else math.nan
 
 
-def _backend(settings: FedlmAuditSettings) -> Any:
+def _backend(settings: FedlmAuditSettings, *, recording: bool = False) -> Any:
+    """The backend the runs use: a backend object (local, Ray), or ``"flower"`` (``run_on`` runs Flower's
+    simulation with ``backend_options``). A run whose per-client uploads are recorded needs a backend object:
+    with Flower it runs on local, where every client computes the same update (seeds are per round, client and
+    slot)."""
     from privasr.federated.backends import make_backend
 
+    if settings.backend == "flower":
+        return make_backend("local") if recording else "flower"
     return make_backend(settings.backend, **settings.backend_options)
 
 
@@ -331,7 +338,7 @@ def audit_wordsets(fed: Any, settings: FedlmAuditSettings, seed: int) -> dict[st
 
     t0 = time.perf_counter()
     alg = _variant(fed, None)  # the deltas as trained: clipping scales a delta, it never zeroes a row
-    rec = RecordingBackend(_backend(settings), rounds={0})
+    rec = RecordingBackend(_backend(settings, recording=True), rounds={0})
     try:
         run_on(rec, alg, fed.clients, rounds=1, sampler=fed.sampler, seed=fed.seed, min_clients=fed.min_clients)
     finally:
@@ -453,7 +460,8 @@ def audit_exposure(fed: Any, settings: FedlmAuditSettings, seed: int) -> dict[st
             t1 = time.perf_counter()
             alg = _variant(fed, clip_norm)
             privacy = None if z is None or clip_norm is None else _privacy(fed, clip_norm, z)
-            res = run_on(backend, alg, clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
+            res = run_on(backend, alg, clients, options=settings.backend_options if backend == "flower" else None,
+                         rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
                          min_clients=fed.min_clients, privacy=privacy)
             nll = sentence_log_perplexity(alg, res.state["params"], scored)
             k = len(planted) + len(baseline)
