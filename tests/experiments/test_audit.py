@@ -116,6 +116,7 @@ def test_fmp_checkpoint_of_a_finished_run(corpus, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_fmp_games_on_flower_with_secure_aggregation(request, corpus, tmp_path):
     """The aggregate games on Flower's simulation engine, each trial's sum unmasked by SecAgg+."""
     if "slow" not in (request.config.getoption("markexpr") or ""):
