@@ -241,7 +241,9 @@ def _bound(scores: Any, labels: Any, s: FmpAuditSettings, rng: np.random.Generat
     scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
     r = threshold_attack(scores[labels], scores[~labels], delta=delta, confidence=s.confidence, rng=rng)
     best = epsilon_lower_bound(r.tp + r.fn, 0, 0, r.fp + r.tn, delta=delta, confidence=s.confidence)
-    return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": float(best)}
+    lo, hi = float(scores[labels].min()), float(scores[~labels].max())
+    return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": float(best),
+            "member_score_min": lo, "non_member_score_max": hi, "separable": lo > hi}
 
 
 def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
