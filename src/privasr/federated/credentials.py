@@ -52,6 +52,19 @@ class Credentials:
     node_private_keys: tuple[Path, ...]
     node_public_keys: tuple[Path, ...]
 
+    @classmethod
+    def in_folder(cls, folder: str | os.PathLike[str], nodes: int) -> Credentials:
+        """The files :func:`make_credentials` writes into ``folder`` for ``nodes`` SuperNodes (paths only; nothing
+        is read or checked).
+
+        >>> Credentials.in_folder("certs", 2).node_public_keys[1].as_posix()
+        'certs/nodes/node-1.pub'
+        """
+        out = Path(folder)
+        return cls(out, out / "ca.crt", out / "ca.key", out / "server.crt", out / "server.key",
+                   tuple(out / "nodes" / f"node-{k}.key" for k in range(nodes)),
+                   tuple(out / "nodes" / f"node-{k}.pub" for k in range(nodes)))
+
     def superlink_args(self) -> list[str]:
         """The ``flower-superlink`` TLS and authentication options for these files."""
         return ["--ssl-ca-certfile", str(self.ca_cert), "--ssl-certfile", str(self.server_cert),
@@ -149,19 +162,14 @@ def make_credentials(folder: str | os.PathLike[str], nodes: int, *, hosts: Seque
     server_key = ec.generate_private_key(ec.SECP384R1())
     server_cert = _certificate("privasr SuperLink", server_key.public_key(), "privasr federation CA", ca_key, days,
                                ca=False, hosts=hosts)
-    files = {"ca.crt": (ca_cert.public_bytes(pem), False), "ca.key": (ca_key.private_bytes(pem, pkcs8, plain), True),
-             "server.crt": (server_cert.public_bytes(pem), False),
-             "server.key": (server_key.private_bytes(pem, pkcs8, plain), True)}
-    for name, (data, private) in files.items():
-        _write(out / name, data, private)
-    priv, pub = [], []
-    for k in range(nodes):
+    creds = Credentials.in_folder(out, nodes)
+    _write(creds.ca_cert, ca_cert.public_bytes(pem), False)
+    _write(creds.ca_key, ca_key.private_bytes(pem, pkcs8, plain), True)
+    _write(creds.server_cert, server_cert.public_bytes(pem), False)
+    _write(creds.server_key, server_key.private_bytes(pem, pkcs8, plain), True)
+    for p, q in zip(creds.node_private_keys, creds.node_public_keys, strict=True):
         key = ec.generate_private_key(ec.SECP384R1())
-        p, q = out / "nodes" / f"node-{k}.key", out / "nodes" / f"node-{k}.pub"
         _write(p, key.private_bytes(pem, serialization.PrivateFormat.OpenSSH, plain), True)
         _write(q, key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                 serialization.PublicFormat.OpenSSH) + b"\n", False)
-        priv.append(p)
-        pub.append(q)
-    return Credentials(out, out / "ca.crt", out / "ca.key", out / "server.crt", out / "server.key", tuple(priv),
-                       tuple(pub))
+    return creds

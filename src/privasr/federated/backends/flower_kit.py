@@ -197,10 +197,7 @@ def run_kit(folder: str | os.PathLike[str], *, run_timeout: float | None = None)
     info = read_kit(folder)
     wd = _Workdir(Path(folder).resolve())
     n = int(info["clients"])
-    creds = Credentials(wd.credentials, wd.credentials / "ca.crt", wd.credentials / "ca.key",
-                        wd.credentials / "server.crt", wd.credentials / "server.key",
-                        tuple(wd.credentials / "nodes" / f"node-{i}.key" for i in range(n)),
-                        tuple(wd.credentials / "nodes" / f"node-{i}.pub" for i in range(n)))
+    creds = Credentials.in_folder(wd.credentials, n)
     data_dirs = [wd.data / f"client-{i}" for i in range(n)]
     for p in (*data_dirs, *creds.node_private_keys):
         if not p.exists():
