@@ -126,7 +126,7 @@ _FLWR_CONFIG = """\
 default = "privasr"
 
 [superlink.privasr]
-address = "127.0.0.1:{port}"
+address = {address}
 root-certificates = {ca}
 """
 
@@ -195,12 +195,15 @@ def _write_app(wd: _Workdir, spec: Any) -> None:
                                        f"secure={getattr(spec, 'secagg', None) is not None})\n")
 
 
-def _write_flwr_config(wd: _Workdir, port: int, creds: Credentials, home: Path | None = None) -> None:
-    """``FLWR_HOME/config.toml`` (``home``, default ``wd.home``): the ``privasr`` connection to the loopback
-    SuperLink, verified with the CA."""
+def _write_flwr_config(wd: _Workdir, port: int, creds: Credentials, home: Path | None = None,
+                       host: str = "127.0.0.1") -> None:
+    """``FLWR_HOME/config.toml`` (``home``, default ``wd.home``): the ``privasr`` connection to the SuperLink at
+    ``host:port`` (loopback by default), verified with the CA."""
     home = wd.home if home is None else home
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(_FLWR_CONFIG.format(port=port, ca=json.dumps(str(creds.ca_cert))))
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    (home / "config.toml").write_text(_FLWR_CONFIG.format(address=json.dumps(address),
+                                                          ca=json.dumps(str(creds.ca_cert))))
 
 
 def _deployment_env(home: Path) -> dict[str, str]:

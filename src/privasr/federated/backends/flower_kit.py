@@ -48,6 +48,7 @@ from privasr.federated.backends.flower_deploy import (
     _result_of,
     _Workdir,
     _write_app,
+    _write_flwr_config,
 )
 from privasr.federated.client_store import split_clients
 from privasr.federated.credentials import Credentials, make_credentials
@@ -89,7 +90,7 @@ def write_kit(folder: str | os.PathLike[str], federation: Federation, *, hosts: 
         folders = split_clients(f.clients, wd.data)
         _write_app(wd, spec)
         creds = make_credentials(wd.credentials, nodes=len(f.clients), hosts=names)
-        _write_connection(wd, names[0] if hosts else "127.0.0.1", port, creds)
+        _write_flwr_config(wd, port, creds, host=names[0] if hosts else "127.0.0.1")
         fingerprints = {p.name: json.loads((p / "manifest.json").read_text())["sha256"] for p in folders}
         (wd.work / "kit.json").write_text(json.dumps({
             "name": f.name, "privasr": __version__, "clients": len(f.clients), "rounds": f.rounds,
@@ -104,15 +105,6 @@ def write_kit(folder: str | os.PathLike[str], federation: Federation, *, hosts: 
         shutil.rmtree(wd.work, ignore_errors=True)  # no half kit (and no private key) is left behind
         raise
     return wd.work
-
-
-def _write_connection(wd: _Workdir, host: str, port: int, creds: Credentials) -> None:
-    """``home/config.toml``: the operator's ``privasr`` connection to the SuperLink, verified with the CA."""
-    wd.home.mkdir(parents=True, exist_ok=True)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    (wd.home / "config.toml").write_text(
-        '[superlink]\ndefault = "privasr"\n\n[superlink.privasr]\n'
-        f"address = {json.dumps(address)}\nroot-certificates = {json.dumps(str(creds.ca_cert))}\n")
 
 
 def commands(wd: _Workdir, creds: Credentials, n: int, host: str, port: int) -> str:
