@@ -32,6 +32,8 @@ from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, run_federat
 from privasr.federated.sampling import AllClients, UniformWithReplacement  # noqa: E402
 from privasr.federated.tree import load_tree  # noqa: E402
 
+from .toys import fmp_toy  # noqa: E402
+
 
 class Drift:
     """A weighted-mean algorithm whose clients keep a state; clients marked ``flaky`` fail in round 1."""
@@ -352,25 +354,6 @@ def test_run_flower_argument_checks(tmp_path):
 # -- Flower's engines ------------------------------------------------------------------------------------------
 
 
-def _fmp(n_clients=3, n_groups=3, v=40, seed=15):
-    """FMP (paper 000) over random N-best clients: its clients keep caches and their choices as state."""
-    from privasr.federated.algorithms import FmpAlgorithm, FmpClient, FmpConfig, FmpUtterance
-
-    rng = np.random.default_rng(seed)
-    clients = []
-    for c in range(n_clients):
-        groups = []
-        for g in range(n_groups):
-            utts = []
-            for k in range(3):
-                hyps = tuple(rng.integers(0, v, size=int(rng.integers(0, 7))) for _ in range(5))
-                utts.append(FmpUtterance(f"c{c}g{g}u{k}", hyps, np.sort(rng.normal(size=5))[::-1], 0.7))
-            groups.append(tuple(utts))
-        clients.append(FmpClient(f"client{c}", tuple(groups)))
-    u = np.random.default_rng(0).uniform(0.5, 2.0, size=v)
-    return FmpAlgorithm(FmpConfig(), u / u.sum()), clients
-
-
 def _slow(request, what):
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip(f"{what}: run with -m slow")
@@ -382,7 +365,7 @@ def test_simulation_resumes_a_killed_run(client_app, tmp_path):
     To start Ray once, the killed part runs through the in-process grid, with the very ServerApp logic,
     ClientApp and folders that ``run_flower`` uses; the slow test below kills a real simulation.
     """
-    alg, clients = _fmp()
+    alg, clients = fmp_toy()
     kw = dict(sampler=UniformWithReplacement(n=3), seed=4)
     local = run_federated(alg, clients, rounds=3, **kw)
     ck = tmp_path.resolve() / "ck"
@@ -397,7 +380,7 @@ def test_simulation_resumes_a_killed_run(client_app, tmp_path):
 @pytest.mark.slow
 def test_simulation_resume_matches_an_uninterrupted_simulation(request, tmp_path):
     _slow(request, "four Flower simulations (about 40 s)")
-    alg, clients = _fmp(n_clients=4)
+    alg, clients = fmp_toy(n_clients=4)
     kw = dict(sampler=UniformWithReplacement(n=4), seed=6)
     full = run_flower(alg, clients, rounds=3, **kw)
     ck = tmp_path / "ck"

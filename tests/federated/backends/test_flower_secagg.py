@@ -27,6 +27,8 @@ from privasr.federated.sampling import AllClients, Poisson, UniformWithoutReplac
 from privasr.federated.secagg import SecAggSettings, summand_of  # noqa: E402
 from privasr.privacy.dp.mechanisms import GaussianMechanism  # noqa: E402
 
+from .toys import fmp_toy  # noqa: E402
+
 
 class Mean:
     """A weighted mean of bounded client vectors; the client state counts its rounds. Clients may fail in a
@@ -216,26 +218,8 @@ def test_distributed_noise_is_added_once_by_the_clients_and_accounted(client_app
 # -- the real algorithms -------------------------------------------------------------------------------------
 
 
-def _fmp(n_clients=4, n_groups=3, v=40, seed=15):
-    from privasr.federated.algorithms import FmpAlgorithm, FmpClient, FmpConfig, FmpUtterance
-
-    rng = np.random.default_rng(seed)
-    clients = []
-    for c in range(n_clients):
-        groups = []
-        for g in range(n_groups):
-            utts = []
-            for k in range(3):
-                hyps = tuple(rng.integers(0, v, size=int(rng.integers(0, 7))) for _ in range(5))
-                utts.append(FmpUtterance(f"c{c}g{g}u{k}", hyps, np.sort(rng.normal(size=5))[::-1], 0.7))
-            groups.append(tuple(utts))
-        clients.append(FmpClient(f"client{c}", tuple(groups)))
-    u = np.random.default_rng(0).uniform(0.5, 2.0, size=v)
-    return FmpAlgorithm(FmpConfig(), u / u.sum()), clients
-
-
 def test_fmp_dense_counts_sum_to_the_plain_result_and_resume(client_app, tmp_path):
-    alg, clients = _fmp()
+    alg, clients = fmp_toy(n_clients=4)
     local = run_federated(alg, clients, rounds=3, sampler=AllClients(), seed=4)
     grid = SecureGrid(client_app(alg, clients), 4)
     result = _serve(grid, _spec(alg, 4, SECURE, seed=4))
@@ -296,7 +280,7 @@ def test_fmp_distributed_laplace_noise_is_accounted_at_its_target(client_app):
     the server adds nothing, and the noisy sum differs from the exact one by about the noise's scale."""
     from privasr.privacy.dp.mechanisms import LaplaceMechanism
 
-    alg, clients = _fmp()
+    alg, clients = fmp_toy(n_clients=4)
     mech = LaplaceMechanism(sensitivity=1.0, epsilon=0.5)
     priv = PrivacySettings(mech, Accountant(), composition="parallel")
     settings = SecAggSettings(enabled=True, noise="distributed")
