@@ -21,15 +21,15 @@ Stages (each runs when its config section is present):
      equals it within the quantisation error);
    * ``dp_aggregate`` (when the config has ``dp``): the same game on the noisy sum the DP run releases, the bound
      shown beside the accountant's epsilon of that release.
-   :func:`audit_fmp_checkpoint` (section ``fmp_checkpoint``) attacks a *finished* ``privasr fmp run``: its
-   released running sum (``checkpoint/state.npz``) against its clients' words. Words that exactly one client
-   used are members, words no client used are non-members, and the score is the word's released count. The
-   members are the data's own, not randomised canaries, so this measures the attack (TPR, FPR, AUC) without
-   turning it into an epsilon bound.
 3. :func:`~privasr.experiments.audit_fedlm.audit_wordsets` and
    :func:`~privasr.experiments.audit_fedlm.audit_exposure` (section ``fedlm``, :mod:`privasr.experiments.audit_fedlm`):
    the word set a server reads from fedlm's embedding-row deltas (per client, a cohort's sum, with DP noise), and
    Secret Sharer canary exposure against repetitions for no DP, clipping only and each noise multiplier.
+4. :func:`~privasr.experiments.audit_runs.audit_fmp_checkpoint` and
+   :func:`~privasr.experiments.audit_runs.audit_fedlm_checkpoint` (sections ``fmp_checkpoint`` and
+   ``fedlm_checkpoint``, :mod:`privasr.experiments.audit_runs`): a *finished* ``privasr fmp run``'s released
+   sum and ``privasr fedlm run``'s released model against the run's own clients' words and sentences
+   (membership attacks measured by AUC and TPR at low FPR; the members are not randomised, so no epsilon bound).
 
 Then ``results.json`` (config, seed, version, data fingerprints, metrics) and ``report.md``.
 """
@@ -48,6 +48,14 @@ import numpy as np
 from privasr.config import Context, from_mapping, setting, to_dict
 from privasr.errors import ConfigError
 from privasr.experiments.audit_fedlm import FedlmAuditSettings
+from privasr.experiments.audit_runs import (
+    FedlmCheckpointSettings,
+    FmpCheckpointSettings,
+    audit_fedlm_checkpoint,
+    audit_fmp_checkpoint,
+    fedlm_checkpoint_report,
+    fmp_checkpoint_report,
+)
 
 __all__ = ["AuditConfig", "AnonAuditSettings", "FmpAuditSettings", "load_audit_config", "run_audit",
            "audit_anonymisation", "audit_fmp"]
@@ -107,14 +115,6 @@ class FmpAuditSettings:
 
 
 @dataclass(frozen=True)
-class FmpCheckpointSettings:
-    """The ``fmp_checkpoint`` section: ``run``, the output folder of a finished ``privasr fmp run``
-    (``results.json`` and ``checkpoint/state.npz``)."""
-
-    run: str = setting("", exists=True)
-
-
-@dataclass(frozen=True)
 class AuditConfig:
     """A ``privasr audit`` config (schema of :mod:`privasr.config`)."""
 
@@ -124,11 +124,12 @@ class AuditConfig:
     fmp: FmpAuditSettings | None = None
     fedlm: FedlmAuditSettings | None = None
     fmp_checkpoint: FmpCheckpointSettings | None = None
+    fedlm_checkpoint: FedlmCheckpointSettings | None = None
 
     def __config_check__(self, where: str, ctx: Any) -> None:
-        if self.anon is None and self.fmp is None and self.fedlm is None and self.fmp_checkpoint is None:
+        if all(x is None for x in (self.anon, self.fmp, self.fedlm, self.fmp_checkpoint, self.fedlm_checkpoint)):
             raise ConfigError("the audit config has no section to run",
-                              expected="an `anon`, `fmp`, `fmp_checkpoint` or `fedlm` section")
+                              expected="an `anon`, `fmp`, `fmp_checkpoint`, `fedlm` or `fedlm_checkpoint` section")
 
 
 def load_audit_config(config: Any, *, check_files: bool = True) -> AuditConfig:
@@ -307,64 +308,6 @@ def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0}
 
 
-def _drop_none(v: Any) -> Any:
-    """A config as results.json wrote it, without its unset (``None``) keys: the schema's defaults again.
-
-    >>> _drop_none({"a": None, "b": {"c": None, "d": 1}})
-    {'b': {'d': 1}}
-    """
-    if isinstance(v, dict):
-        return {k: _drop_none(x) for k, x in v.items() if x is not None}
-    return v
-
-
-def audit_fmp_checkpoint(s: FmpCheckpointSettings, out: Path) -> dict[str, Any]:
-    """Stage 2b (see the module docstring): the finished run's released sum against its clients' words."""
-    import json
-
-    from privasr.errors import InputError
-    from privasr.experiments.fmp import federation, load_fmp_config
-    from privasr.federated.tree import load_tree
-
-    run = Path(s.run)
-    try:
-        res = json.loads((run / "results.json").read_text())
-        saved = load_tree(run / "checkpoint" / "state.npz")
-        released = np.asarray(saved["state"]["sum"], dtype=np.float64)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{run} is not a finished `privasr fmp run` ({e})",
-                         expected="results.json and checkpoint/state.npz") from None
-    fed = federation(load_fmp_config(_drop_none(res["config"])), out / "fmp-checkpoint-prepare")
-    users: dict[int, set[int]] = {}
-    per_client_utts: dict[tuple[int, int], int] = {}
-    for c, client in enumerate(fed.clients):
-        for group in client.groups:
-            for utt in group:
-                words = {int(w) for hyp in utt.word_ids for w in np.asarray(hyp).ravel()}
-                for w in words:
-                    users.setdefault(w, set()).add(c)
-                    per_client_utts[(c, w)] = per_client_utts.get((c, w), 0) + 1
-    if released.shape != (fed.algorithm.vocab_size,):
-        raise InputError(f"{run / 'checkpoint' / 'state.npz'} holds a sum of shape {released.shape}",
-                         expected=f"({fed.algorithm.vocab_size},), the run's vocabulary")
-    members = sorted(w for w, cs in users.items() if len(cs) == 1)
-    non_members = sorted(set(range(released.size)) - set(users))
-    if not members or not non_members:
-        raise InputError(f"{run}: {len(members)} words used by one client, {len(non_members)} by none",
-                         expected="both, to compare")
-    scores_in, scores_out = released[members], released[non_members]
-    utts = [per_client_utts[(next(iter(users[w])), w)] for w in members]
-    from sklearn.metrics import roc_auc_score
-
-    labels = np.r_[np.ones(len(members)), np.zeros(len(non_members))]
-    auc = float(roc_auc_score(labels, np.r_[scores_in, scores_out]))
-    thr = 0.5 * (np.median(scores_in) + np.median(scores_out))
-    return {"run": str(run), "epsilon_run": res.get("metrics", {}).get("epsilon"), "member_words": len(members),
-            "non_member_words": len(non_members), "auc": auc, "threshold": float(thr),
-            "tpr": float(np.mean(scores_in > thr)), "fpr": float(np.mean(scores_out > thr)),
-            "member_utterances_median": float(np.median(utts)), "rounds": int(saved["round"])}
-
-
 def _audit_fedlm(s: FedlmAuditSettings, seed: int, out: Path) -> dict[str, Any]:
     """Stage 3: fedlm's run prepared once, then the word-set and exposure audits."""
     from privasr.experiments.audit_fedlm import audit_exposure, audit_wordsets, prepare_fedlm
@@ -399,6 +342,12 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
     if cfg.fmp_checkpoint is not None:
         c = sections["fmp_checkpoint"] = audit_fmp_checkpoint(cfg.fmp_checkpoint, out)
         metrics.update(fmp_checkpoint_auc=c["auc"], fmp_checkpoint_tpr=c["tpr"], fmp_checkpoint_fpr=c["fpr"])
+    if cfg.fedlm_checkpoint is not None:
+        c = sections["fedlm_checkpoint"] = audit_fedlm_checkpoint(cfg.fedlm_checkpoint, out, cfg.seed)
+        for attack, r in c["attacks"].items():
+            metrics[f"fedlm_checkpoint_{attack}_auc"] = r["auc"]
+            for fpr, tpr in r["tpr_at_fpr"].items():
+                metrics[f"fedlm_checkpoint_{attack}_tpr_at_fpr_{fpr}"] = tpr
     if cfg.fedlm is not None:
         sections["fedlm"] = _audit_fedlm(cfg.fedlm, cfg.seed, out)
         w, e = sections["fedlm"]["wordsets"], sections["fedlm"]["exposure"]
@@ -446,18 +395,10 @@ def _report(cfg: AuditConfig, sections: dict[str, Any]) -> str:
         lines += ["", "TPR and FPR are counted on the half of the trials the threshold was not chosen on; the bound "
                   f"holds with confidence {cfg.fmp.confidence if cfg.fmp else 0.95:g} (Clopper-Pearson). "
                   "\"Provable at most\" is the bound a perfect attack would get from as many trials.", ""]
-    c = sections.get("fmp_checkpoint")
-    if c is not None:
-        eps = "none" if c["epsilon_run"] is None else f"{c['epsilon_run']:.3g}"
-        lines += ["## FMP: a finished run's release", "",
-                  f"`{c['run']}` after {c['rounds']} rounds (epsilon {eps}): its released count of each word one "
-                  f"client used ({c['member_words']} words, in a median of {c['member_utterances_median']:g} of "
-                  f"that client's utterances) against words no client used ({c['non_member_words']}).", "",
-                  "| AUC | TPR | FPR (threshold halfway between the medians) |", "|---:|---:|---:|",
-                  f"| {c['auc']:.3f} | {c['tpr']:.3f} | {c['fpr']:.3f} |", "",
-                  "The members are the data's own words, not randomised canaries: this measures the attack, it is "
-                  "not an epsilon bound. A word in k utterances is covered by k times an utterance-level epsilon.",
-                  ""]
+    if "fmp_checkpoint" in sections:
+        lines += fmp_checkpoint_report(sections["fmp_checkpoint"])
+    if "fedlm_checkpoint" in sections:
+        lines += fedlm_checkpoint_report(sections["fedlm_checkpoint"])
     fl = sections.get("fedlm")
     if fl is not None:
         from privasr.experiments.audit_fedlm import exposure_report, wordsets_report

@@ -393,6 +393,9 @@ class _Data:
     confidence_report: dict[str, Any] | None = None
     reliability: Any = None
     dev_sentences: list[tuple[str, ...]] | None = None
+    heldout: list[tuple[str, ...]] | None = None
+    """The held-out data's text of the kind the clients hold (first-pass words, or references with
+    ``client_text: reference``): the non-members of a membership audit of the released model."""
 
 
 def _group(utts: Sequence[Any], cfg: FedLmRunConfig) -> list[Any]:
@@ -428,7 +431,9 @@ def _earnings21(cfg: FedLmRunConfig) -> _Data:
             "words_per_utterance": float(np.mean([len(u.words) for u in train]))}
     # the labelled calls' references: a development set on the server for choices such as the threshold
     dev_sents = [s for c in calib for s in refs[c]] or None
-    return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve, dev_sentences=dev_sents)
+    heldout = [u.words for u in utts if u.client in held and u.words]
+    return _Data(clients, eval_sents, info, confidence_report=report, reliability=curve, dev_sentences=dev_sents,
+                 heldout=heldout)
 
 
 def _e21_calls(d: DataSettings) -> tuple[list[Any], list[str], dict[str, list[tuple[str, ...]]]]:
@@ -615,7 +620,8 @@ def _nbest_data(cfg: FedLmRunConfig) -> _Data:
         clients = [(c.id, [(tuple(nb.ref), None) for nb in c.utterances]) for c in _group(kept, cfg)]
         info = {"confidence_source": "none (reference text)", "client_text": "reference", "utterances": len(kept),
                 "words": int(sum(len(nb.ref) for nb in kept))}
-        return _Data(clients, [tuple(nb.ref) for nb in test if nb.ref], info, dev, test)
+        refs = [tuple(nb.ref) for nb in test if nb.ref]
+        return _Data(clients, refs, info, dev, test, heldout=refs)
     kept = [nb for nb in dev if nb.best.words]
     if src == "classifier":
         confs, report, curve = _cross_fit(kept, cfg)
@@ -630,7 +636,8 @@ def _nbest_data(cfg: FedLmRunConfig) -> _Data:
     clients = [(c.id, [(nb.best.words, confs[nb.utt_id]) for nb in c.utterances]) for c in _group(kept, cfg)]
     eval_sents = [tuple(nb.ref) for nb in test if nb.ref]
     info = {"confidence_source": src, "utterances": len(kept), "words": int(sum(len(nb.best.words) for nb in kept))}
-    return _Data(clients, eval_sents, info, dev, test, report, curve)
+    return _Data(clients, eval_sents, info, dev, test, report, curve,
+                 heldout=[tuple(nb.best.words) for nb in test if nb.best.words])
 
 
 def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np.ndarray], dict[str, Any], Any]:
@@ -842,7 +849,7 @@ def encode(cfg: FedLmRunConfig, data: _Data, model: _Model) -> _EvalSets:
     eval_ids = [tuple(vocab.encode(s)) for s in data.eval_sentences]
     eval_tokens = sum(len(s) for s in eval_ids)
     oov = sum(i == vocab.unk_id for s in eval_ids for i in s)
-    scratch = _perplexity(model, _scratch_params(cfg, model), eval_ids) if cfg.init == "scratch" else None
+    scratch = _perplexity(model, scratch_params(cfg, model), eval_ids) if cfg.init == "scratch" else None
     ppl_base = _perplexity(model, model.init_params, eval_ids)
     dev_ids = [tuple(vocab.encode(s)) for s in data.dev_sentences] if data.dev_sentences else None
     return _EvalSets(clients, eval_ids, eval_tokens, oov, scratch, ppl_base, dev_ids)
@@ -966,7 +973,7 @@ def _save_model(path: Path, model: _Model, params: Mapping[str, np.ndarray], ext
     save_checkpoint(path, lm.model, lm.vocab, lm.model.config, extra=extra)
 
 
-def _scratch_params(cfg: FedLmRunConfig, model: _Model) -> dict[str, np.ndarray]:
+def scratch_params(cfg: FedLmRunConfig, model: _Model) -> dict[str, np.ndarray]:
     """The from-scratch initialisation the federated run starts from (the algorithm's own ``init``)."""
     from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
 
