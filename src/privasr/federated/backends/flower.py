@@ -97,6 +97,7 @@ from privasr.federated.backends.flower_deploy import (
 from privasr.federated.backends.flower_secagg import (
     SECURE,
     decode_round,
+    failed_slot,
     node_secure_reply,
     outcomes_of,
     secure_round,
@@ -662,10 +663,9 @@ class GridBackend:
         outs = []
         for t in tasks:
             res = content.get(f"privasr.result.{t.slot}")
-            if res is None:
-                outs.append(ClientOutcome(t.slot, t.index, error="no update in the reply"))
-            elif "error" in res:
-                outs.append(ClientOutcome(t.slot, t.index, error=str(res["error"]), seconds=float(res["seconds"])))
+            failed = failed_slot(res, t, "no update in the reply")
+            if failed is not None:
+                outs.append(failed)
             else:
                 try:  # the server checks what arrives as the client did: numbers only
                     arrays = {k: v.numpy() for k, v in content[f"privasr.update.{t.slot}"].items()}

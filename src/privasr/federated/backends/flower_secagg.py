@@ -224,14 +224,23 @@ def outcomes_of(result: SecureRound, tasks_by_node: Mapping[int, Sequence[Client
         layouts.append(json.loads(str(content[LAYOUT]["layout"])))
         for t in ts:
             res = content.get(f"privasr.result.{t.slot}")
-            if res is None:
-                outs.append(ClientOutcome(t.slot, t.index, error="no status in the reply"))
-            elif "error" in res:
-                outs.append(ClientOutcome(t.slot, t.index, error=str(res["error"]), seconds=float(res["seconds"])))
+            failed = failed_slot(res, t, "no status in the reply")
+            if failed is not None:
+                outs.append(failed)
             else:
                 count += 1
                 outs.append(ClientOutcome(t.slot, t.index, None, token(epoch, t.slot), seconds=float(res["seconds"])))
     return outs, count, layouts
+
+
+def failed_slot(status: Any, task: ClientTask, missing: str) -> ClientOutcome | None:
+    """The outcome of a slot whose status record (``privasr.result.<slot>`` of a node's reply) is absent
+    (error ``missing``) or reports the client's failure; ``None`` for a slot that succeeded."""
+    if status is None:
+        return ClientOutcome(task.slot, task.index, error=missing)
+    if "error" in status:
+        return ClientOutcome(task.slot, task.index, error=str(status["error"]), seconds=float(status["seconds"]))
+    return None
 
 
 def node_secure_reply(algorithm: Any, updates: Mapping[int, Any], failures: Mapping[int, tuple[str, float]],
