@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privasr.corpus.formats.htk_lattice import Lattice, best_path_scores, is_filler, parse_htk_lattice
 from privasr.corpus.formats.slf_nbest import lattice_nbest, lattice_utt_id, read_htk_nbest
@@ -179,3 +181,36 @@ def test_ami_acoustic_only_ranking_matches_best_path_scores(ami):
         oracle = best_path_scores(lat, [h.words for h in nb.hyps])
         assert [h.scores["total"] for h in nb.hyps] == pytest.approx(oracle, abs=1e-6)
         assert nb.hyps[0].scores["total"] == pytest.approx(best_path_scores(lat, [nb.hyps[0].words])[0])
+
+
+SEED_LATTICE = random_lattice(random.Random(7), 6, lmscale=2.0, wdpenalty=-1.0)
+JUNK = ["nan", "inf", "-1e999", "x", "", "=", "W=", "N=", "I=99", "J=0", "S=-1", "E=1e3", '"', "\xff", "t=", "#"]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.data())
+def test_fuzzed_lattices_give_records_or_input_error(tmp_path_factory, data):
+    lines = SEED_LATTICE.splitlines()
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["drop", "dup", "swap", "token"]))
+        i, k = data.draw(st.integers(0, len(lines) - 1)), data.draw(st.integers(0, len(lines) - 1))
+        if op == "drop" and len(lines) > 1:
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            lines[i], lines[k] = lines[k], lines[i]
+        else:
+            toks = lines[i].split() or [""]
+            toks[data.draw(st.integers(0, len(toks) - 1))] = data.draw(st.sampled_from(JUNK))
+            lines[i] = " ".join(toks)
+    p = tmp_path_factory.mktemp("fuzz") / "u.lat"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogateescape")
+    try:
+        recs = read_htk_nbest(p, 5)
+    except InputError as e:
+        assert e.path is not None and str(p) in e.path
+        return
+    assert len(recs) == 1 and len(recs[0].hyps) <= 5
+    totals = [h.scores["total"] for h in recs[0].hyps]
+    assert totals == sorted(totals, reverse=True)
