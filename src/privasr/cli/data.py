@@ -21,6 +21,48 @@ def _pct(x: Any) -> str:
     return "" if x is None else f"{100 * x:.2f}%"
 
 
+_REF_HELP = ("A reference file (Kaldi text, trn or transcript JSON Lines) whose transcripts become the references "
+             "of the N-best lists, by utterance id (every list needs one and every reference a list).")
+_NBEST_HELP = "HTK SLF lattice input only: how many distinct best word strings each lattice's N-best list holds."
+
+
+def load_inputs(path: Path, fmt: str | None, ref: Path | None = None, nbest: int | None = None,
+                ) -> tuple[list[Any], dict[str, Any] | None]:
+    """The data sets of ``path`` (and what privasr folder it is, if one): lattices decoded to ``nbest`` strings,
+    references from ``ref`` attached to the N-best sets."""
+    from privasr.corpus.formats.slf_nbest import read_htk_nbest
+    from privasr.corpus.load import Dataset, load_path
+    from privasr.corpus.privasr_folders import privasr_folder
+    from privasr.corpus.references import attach_references, read_references
+
+    folder = privasr_folder(path) if fmt is None else None
+    if folder is not None:
+        datasets = folder.load()
+    else:
+        datasets = load_path(path, fmt)
+    if nbest is not None:
+        if nbest < 1:
+            raise InputError(f"--nbest {nbest}", expected="an integer >= 1")
+        if not datasets or any(d.fmt != "htk-lattice" for d in datasets):
+            raise InputError("--nbest is for HTK lattices but the input holds other sets", path=path,
+                             expected="a lattice file or a folder of lattices")
+        if len(datasets) != 1:
+            raise InputError(f"--nbest reads one lattice file or folder, the input holds {len(datasets)} sets",
+                             path=path, expected="a lattice file or a folder of lattice files")
+        datasets = [Dataset(datasets[0].name, "nbest", "htk-lattice", tuple(read_htk_nbest(path, nbest)))]
+    if ref is not None:
+        nsets = [d for d in datasets if d.kind == "nbest"]
+        if not nsets:
+            raise InputError("--ref attaches references to N-best lists but the input holds none", path=path,
+                             expected="an N-best file or folder")
+        pooled = attach_references([r for d in nsets for r in d.records], read_references(ref), path=ref)
+        it = iter(pooled)
+        with_refs = {id(d): Dataset(d.name, d.kind, d.fmt, tuple(next(it) for _ in d.records), d.references)
+                     for d in nsets}
+        datasets = [with_refs.get(id(d), d) for d in datasets]
+    return datasets, None if folder is None else folder.summary()
+
+
 @app.command()
 def inspect(
     path: Path = typer.Argument(..., help="A corpus file or folder (any supported format; see docs/formats.md)."),
@@ -31,21 +73,25 @@ def inspect(
         "preset (none, asr, wer, ami) with optional overrides, e.g. 'wer,fillers=keep'."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    ref: Path = typer.Option(None, "--ref", help=_REF_HELP),
+    nbest: int = typer.Option(None, "--nbest", help=_NBEST_HELP + " Default 10."),
 ) -> None:
     """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist.
 
     For a folder with several sets (e.g. dev and test), the totals pool the sets that are not systems
-    scored against shared references; every set is listed under "datasets".
+    scored against shared references; every set is listed under "datasets". A folder written by
+    `privasr data synth` or `privasr demo` is read as what it is (its N-best lists and transcripts).
     """
-    from privasr.corpus.load import load_path
     from privasr.metrics.summary import combine_stats, dataset_stats
     from privasr.text.normalize import Normalizer
 
     norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
-    datasets = load_path(path, fmt)
+    datasets, folder = load_inputs(path, fmt, ref, nbest)
     parts = [dataset_stats(d, norm) for d in datasets]
     primary = [p for p, d in zip(parts, datasets, strict=True) if d.references is None] or parts
     summary: dict[str, Any] = {"path": str(path), **combine_stats(primary), "datasets": parts}
+    if folder is not None:
+        summary["privasr_folder"] = folder
     if len(parts) == 1:
         summary.update({k: v for k, v in parts[0].items() if k not in ("name",)})
     if as_json:
@@ -64,6 +110,10 @@ def inspect(
         table.add_row("total", "", "", f"{summary['utterances']:,}", f"{summary['clients']:,}",
                       f"{summary['speakers']:,}", f"{summary['words']:,}", "",
                       _pct(summary.get("wer_1best")), _pct(summary.get("wer_oracle")), style="bold")
+    if folder is not None:
+        out_console.print(f"{path}: {folder['description']}")
+        for name, f in folder["files"].items():
+            out_console.print(f"  {name}: {f['what']}")
     out_console.print(table)
 
 
@@ -92,17 +142,25 @@ def convert(
     fmt: str = typer.Option(None, "--from", help="Input format (detected when omitted)."),
     to: str = typer.Option(
         "jsonl", "--to", help="Output format: 'jsonl' (canonical N-best or transcript JSON Lines), or any "
-        "format name with a writer (see docs/formats.md)."
+        "format name with a writer (see docs/formats.md). N-best lists written in a transcript format "
+        "(kaldi-text, trn, transcript-jsonl, ...) are written as their first-pass 1-best."
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+    ref: Path = typer.Option(None, "--ref", help=_REF_HELP),
+    nbest: int = typer.Option(None, "--nbest", help=_NBEST_HELP + " Default 10."),
 ) -> None:
     """Convert a corpus into the canonical JSON Lines format (or another format with a writer)."""
-    from privasr.corpus.load import load_path, write_dataset
+    from privasr.corpus.load import FORMAT_KINDS, Dataset, write_dataset
+    from privasr.corpus.references import one_best
 
-    datasets = load_path(src, fmt)
+    datasets, _ = load_inputs(src, fmt, ref, nbest)
     for d, target in output_targets(datasets, src, dst, to, force):
+        what = f"{d.kind} records"
+        if d.kind == "nbest" and FORMAT_KINDS.get(to) == "transcript":
+            d = Dataset(d.name, "transcript", d.fmt, tuple(one_best(d.records)))
+            what = "1-best transcripts"
         n = write_dataset(d, target, to)
-        out_console.print(f"wrote {n:,} {d.kind} records of {d.name} to {target}")
+        out_console.print(f"wrote {n:,} {what} of {d.name} to {target}")
 
 
 @app.command()

@@ -32,6 +32,7 @@ from privasr.corpus.formats import (
     fsdd,
     hyporadise,
     nbest_jsonl,
+    slf_nbest,
     srilm_nbest,
 )
 from privasr.corpus.formats._common import (
@@ -160,6 +161,7 @@ FORMATS: dict[str, FormatSpec] = {
     "an4": FormatSpec(an4.read_an4, None),
     "text-lines": FormatSpec(read_text_lines, None),
     "fsdd": FormatSpec(fsdd.read_fsdd, None),
+    "htk-lattice": FormatSpec(slf_nbest.read_htk_nbest, None),
 }
 """Format name -> (reader, writer or None). ``kaldi-text`` and ``trn`` are added when their modules exist."""
 
@@ -167,7 +169,7 @@ FORMAT_KINDS: dict[str, str] = {
     "nbest-jsonl": "nbest", "ami-tts": "nbest", "hyporadise": "nbest", "srilm": "nbest",
     "transcript-jsonl": "transcript", "ctm": "transcript", "ami-hmnet": "transcript", "earnings21": "transcript",
     "conll": "transcript", "an4": "transcript", "text-lines": "transcript",
-    "fsdd": "transcript",
+    "fsdd": "transcript", "htk-lattice": "nbest",
 }
 """Format name -> the kind of records it holds."""
 
@@ -180,12 +182,15 @@ for _name, _mod, _r, _w in (("kaldi-text", "kaldi_text", "read_kaldi_text", "wri
         FORMAT_KINDS[_name] = "transcript"
 
 _TRIED = ("nbest-jsonl", "transcript-jsonl", "ami-tts", "ami-hmnet", "hyporadise", "srilm", "ctm", "earnings21",
-          "conll", "an4", "trn", "kaldi-text", "text-lines (tar of .txt)", "fsdd (folder of digit_speaker_index.wav)")
-_SKIP_SUFFIXES = (".wav", ".mfc", ".mp3", ".flac", ".sph", ".dmp", ".pdf", ".png", ".lat", ".lat.gz", ".csv",
+          "conll", "an4", "trn", "kaldi-text", "text-lines (tar of .txt)", "fsdd (folder of digit_speaker_index.wav)",
+          "htk-lattice")
+_SKIP_SUFFIXES = (".wav", ".mfc", ".mp3", ".flac", ".sph", ".dmp", ".pdf", ".png", ".csv",
                   ".md", ".arpa", ".arpa.xz", ".arpa.gz", ".dic", ".phone", ".filler", ".fileids", ".rst")
-_GROUPED = ("ctm", "ami-hmnet", "srilm", "earnings21")  # files of these formats in one folder form one set
+# files of these formats in one folder form one set
+_GROUPED = ("ctm", "ami-hmnet", "srilm", "earnings21", "htk-lattice")
 _IOB = re.compile(r"^(O|[BI]-\S+)$")
 _KALDI_ID = re.compile(r"[\d_-]")
+_SLF = re.compile(r"^(VERSION|UTTERANCE|N)=\S")
 
 
 # ---------------------------------------------------------------------------------------------- detection
@@ -297,6 +302,8 @@ def _detect_text(p: Path, strict: bool) -> str | None:
             return None
     if first.startswith("["):
         return "hyporadise"
+    if _SLF.match(next((x.strip() for x in head if not x.lstrip().startswith("#")), "")):
+        return "htk-lattice"
     if first in ("NBestList1.0", "NBestList2.0"):
         return "srilm"
     if first.split("|")[:2] == ["token", "speaker"]:

@@ -14,6 +14,9 @@ is :class:`RescoreConfig`, read with :mod:`privasr.config`)::
       nbest: PATH                     # instead of dev/test: one set split into dev and test by key
       split: {key: speaker, dev: even}  # key: speaker | client; dev: even | odd positions of the sorted keys
       format: null                    # reader format (privasr.corpus.load.FORMATS); default: detected
+      ref: null                       # a reference file (Kaldi text, trn, transcript JSON Lines) for
+                                      # reference-less N-best lists: privasr.corpus.references.attach_references
+                                      # over dev + test (or nbest) together
     lms:                              # new language models, by name
       NAME: PATH.arpa                 # an ARPA file, or
       NAME: {arpa: PATH}              # the same, or
@@ -125,6 +128,7 @@ class DataSettings:
     nbest: Path | None = setting(None, exists="file")
     split: SplitSettings | None = None
     format: str | None = None
+    ref: Path | None = setting(None, exists="file")
 
     def __config_check__(self, where: str, ctx: Context) -> None:
         if self.format is not None:
@@ -306,8 +310,21 @@ def load_data(cfg: RescoreConfig) -> _Data:
         data.fingerprints["test"] = d.test
         if d.dev is not None:
             data.fingerprints["dev"] = d.dev
+    if d.ref is not None:
+        _attach_refs(data, d.ref)
     _check_inputs(cfg, data)
     return data
+
+
+def _attach_refs(data: _Data, ref: Path) -> None:
+    """``data.ref``: the references of dev and test (one file for both) attached by utterance id."""
+    from privasr.corpus.references import attach_references, read_references
+
+    dev = data.dev or []
+    both = attach_references([*dev, *data.test], read_references(ref), path=ref)
+    data.dev = both[: len(dev)] if data.dev is not None else None
+    data.test = both[len(dev):]
+    data.fingerprints["ref"] = ref
 
 
 def _check_inputs(cfg: RescoreConfig, data: _Data) -> None:
