@@ -113,6 +113,8 @@ def exposure_curves(runs: Sequence[Run]) -> list[Plot]:
     for label, m in maxima:
         ax.axhline(m, color="grey", linewidth=0.8, label=series_label(label, "largest measurable exposure"))
     ax.set_xscale("log", base=2)
+    reps = sorted({float(k) for _, r in rows for k in r["exposure"]})
+    ax.set_xticks(reps, [f"{x:g}" for x in reps])
     ax.set_xlabel("repetitions of the canary in its client's data")
     ax.set_ylabel("exposure (bits)")
     ax.set_title("Canary exposure against repetitions (dotted: canaries never inserted)")
