@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,federated,asr,ner
+EXTRAS ?= dev,federated,asr,ner,plots
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
 .PHONY: setup demo test test-all bench lint clean
@@ -37,7 +37,7 @@ test-all: setup
 
 bench:
 	# the oracles the benchmarks compare against: the kenlm module (bench extra) and IRSTLM (Debian)
-	$(MAKE) setup EXTRAS=dev,federated,asr,bench
+	$(MAKE) setup EXTRAS=dev,federated,asr,plots,bench
 	test -x /usr/lib/irstlm/bin/tlm || command -v tlm >/dev/null || (apt-get update -qq && apt-get install -y -qq irstlm) || echo "irstlm unavailable: its ratio is skipped"
 	$(BIN)/privasr bench all --out bench-out
 

@@ -59,6 +59,7 @@ def _register() -> None:
         ftl,
         lm,
         privacy,
+        report,
         rescore,
         score,
     )
@@ -80,6 +81,7 @@ def _register() -> None:
     app.command("adapt")(decode.adapt)
     app.command("anonymize")(anonymize.anonymize)
     app.command("audit")(audit.audit)
+    app.command("report")(report.report)
 
 
 _register()

@@ -53,15 +53,14 @@ def compare(
     a: str = typer.Option("ftl", "--a", help="System A: a name in each run's 'runs' (ftl, baseline, a table row)."),
     b: str = typer.Option("baseline", "--b", help="System B, compared with A."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write DIR/results.json (config, seed, version, "
-                                                              "metrics)."),
+                                                              "metrics), DIR/report.md and its plots."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap's random generator."),
     resamples: int = typer.Option(1000, "--resamples", help="Number of bootstrap resamples."),
     confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the bootstrap interval."),
 ) -> None:
     """Compare two systems over several FTL runs (seeds): each run's WERs and MAPSSWE, and the seed-averaged
     WER difference with a paired bootstrap interval over test utterances."""
-    from privasr.experiments.ftl_compare import compare_runs
-    from privasr.results import write_results
+    from privasr.experiments.ftl_compare import compare_runs, write_comparison
 
     r = compare_runs([str(p) for p in runs], a, b, resamples=resamples, confidence=confidence, seed=seed)
     con = Console()
@@ -73,7 +72,6 @@ def compare(
               f"{100 * p['difference']:+.2f} points, {100 * p['confidence']:g}% interval [{100 * p['ci_low']:+.2f}, "
               f"{100 * p['ci_high']:+.2f}], P({a} better) = {p['prob_a_better']:.3f}")
     if out is not None:
-        path = write_results(out, config={"runs": [str(x) for x in runs], "a": a, "b": b, "resamples": resamples,
-                                          "confidence": confidence}, seed=seed,
-                             metrics={**p, "per_run": r["per_run"]})
-        con.print(f"[bold]results:[/] {path}")
+        path = write_comparison(out, r, {"runs": [str(x) for x in runs], "a": a, "b": b, "resamples": resamples,
+                                         "confidence": confidence}, seed)
+        con.print(f"[bold]results:[/] {path}  [bold]report:[/] {out / 'report.md'}")

@@ -1057,6 +1057,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     :func:`interpolate`), optionally :func:`export_first_pass_arpa`, :func:`perplexities`, :func:`rescore`,
     :func:`evaluate`, then the results and the report.
     """
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     out = Path(out)
@@ -1088,7 +1089,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
              "command": list(argv) if argv is not None else None}
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   data={"dev": cfg.data.dev, "test": cfg.data.test}, extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tables, data_info), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, tables, data_info) + plots_section(out), encoding="utf-8")
     return metrics
 
 

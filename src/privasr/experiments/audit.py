@@ -55,6 +55,7 @@ from privasr.experiments.audit_runs import (
     audit_fmp_checkpoint,
     fedlm_checkpoint_report,
     fmp_checkpoint_report,
+    roc_points,
 )
 
 __all__ = ["AuditConfig", "AnonAuditSettings", "FmpAuditSettings", "load_audit_config", "run_audit",
@@ -244,7 +245,8 @@ def _bound(scores: Any, labels: Any, s: FmpAuditSettings, rng: np.random.Generat
     best = epsilon_lower_bound(r.tp + r.fn, 0, 0, r.fp + r.tn, delta=delta, confidence=s.confidence)
     lo, hi = float(scores[labels].min()), float(scores[~labels].max())
     return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": float(best),
-            "member_score_min": lo, "non_member_score_max": hi, "separable": lo > hi}
+            "member_score_min": lo, "non_member_score_max": hi, "separable": lo > hi,
+            "roc": roc_points(scores[labels], scores[~labels])}
 
 
 def audit_fmp(s: FmpAuditSettings, seed: int, out: Path) -> dict[str, Any]:
@@ -318,6 +320,7 @@ def _audit_fedlm(s: FedlmAuditSettings, seed: int, out: Path) -> dict[str, Any]:
 
 def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the configured stages; write ``out/results.json`` and ``out/report.md``; return the metrics."""
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     out = Path(out)
@@ -361,7 +364,7 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
                 metrics[f"fedlm_exposure_{key}_{reps}x"] = v
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
-    (out / "report.md").write_text(_report(cfg, sections), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, sections) + plots_section(out), encoding="utf-8")
     return metrics
 
 

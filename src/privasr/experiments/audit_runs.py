@@ -39,10 +39,12 @@ from privasr.config import setting
 from privasr.errors import InputError
 
 __all__ = ["FmpCheckpointSettings", "FedlmCheckpointSettings", "audit_fmp_checkpoint", "audit_fedlm_checkpoint",
-           "fmp_checkpoint_report", "fedlm_checkpoint_report", "roc_summary"]
+           "fmp_checkpoint_report", "fedlm_checkpoint_report", "roc_points", "roc_summary"]
 
 FPR_POINTS = (0.01, 0.1)
 """The false-positive rates at which the true-positive rate of a loss attack is reported."""
+ROC_POINTS = 100
+"""The most points of a ROC curve that results.json keeps (for its plot)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,35 @@ def roc_summary(scores_in: Sequence[float], scores_out: Sequence[float]) -> dict
     scores = np.r_[s_in, s_out]
     fpr, tpr, _ = roc_curve(labels, scores)
     return {"auc": float(roc_auc_score(labels, scores)),
-            "tpr_at_fpr": {f"{p:g}": float(tpr[fpr <= p].max()) for p in FPR_POINTS}}
+            "tpr_at_fpr": {f"{p:g}": float(tpr[fpr <= p].max()) for p in FPR_POINTS},
+            "roc": roc_points(s_in, s_out)}
+
+
+def roc_points(scores_in: Sequence[float], scores_out: Sequence[float], max_points: int = ROC_POINTS
+               ) -> dict[str, list[float]]:
+    """The ROC curve of scores where members score higher, from (0, 0) to (1, 1): one point per distinct
+    threshold, thinned to at most ``max_points`` evenly spaced along the curve (both ends kept), rounded to 6
+    digits: what results.json keeps for the ROC plot.
+
+    >>> roc_points([3.0, 2.0, 0.5], [1.0, 0.0, -1.0])
+    {'fpr': [0.0, 0.0, 0.0, 0.333333, 0.333333, 0.666667, 1.0], 'tpr': [0.0, 0.333333, 0.666667, 0.666667, 1.0, 1.0, 1.0]}
+    >>> len(roc_points(range(500), [x + 0.5 for x in range(500)])["fpr"])
+    100
+    """
+    s_in, s_out = np.asarray(scores_in, dtype=np.float64), np.asarray(scores_out, dtype=np.float64)
+    scores = np.r_[s_in, s_out]
+    labels = np.r_[np.ones(s_in.size), np.zeros(s_out.size)]
+    order = np.argsort(-scores, kind="mergesort")
+    scores, labels = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]  # the last index of each distinct score
+    tp = np.cumsum(labels)[last]
+    fp = (last + 1) - tp
+    tpr = np.r_[0.0, tp / max(s_in.size, 1)]
+    fpr = np.r_[0.0, fp / max(s_out.size, 1)]
+    if fpr.size > max_points:
+        keep = np.unique(np.round(np.linspace(0, fpr.size - 1, max_points)).astype(int))
+        fpr, tpr = fpr[keep], tpr[keep]
+    return {"fpr": [round(float(x), 6) for x in fpr], "tpr": [round(float(x), 6) for x in tpr]}
 
 
 # ----------------------------------------------------------------------------------------------- FMP

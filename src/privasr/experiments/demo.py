@@ -43,6 +43,7 @@ from typing import Any
 from privasr import __version__
 from privasr.corpus.partition import by_key, time_rounds, zipf_devices
 from privasr.corpus.records import NBest
+from privasr.plots import plots_section
 from privasr.results import write_results
 
 __all__ = ["run_demo", "systems_table"]
@@ -337,6 +338,17 @@ def _federated_views(test: Sequence[NBest], seed: int) -> dict[str, Any]:
             "device_ids": n_devices, "devices": zipf_devices(test, n_devices=n_devices, exponent=1.0, seed=seed)}
 
 
+def _client_wers(per_client: list[dict[str, Any]], test: Sequence[NBest], systems: dict[str, Any]) -> None:
+    """Add each system's WER per client (``wer_<system>``, from its per-utterance errors on ``test``) to the
+    :func:`_federated_views` rows, for the plot of the spread over clients."""
+    client_of = [nb.client for nb in test]
+    for row in per_client:
+        for name, w in systems.items():
+            errs = sum(e for e, c in zip(w.utt_errors, client_of, strict=True) if str(c) == str(row["client"]))
+            words = sum(n for n, c in zip(w.utt_ref_words, client_of, strict=True) if str(c) == str(row["client"]))
+            row[f"wer_{name}"] = errs / words if words else None
+
+
 def _systems_rows(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
                   ) -> list[dict[str, Any]]:
     """The WER table's rows: 1-best, the rescoring methods, the oracle."""
@@ -527,11 +539,13 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
     with clock("anon_s"):
         anon = _anon(out, seed)
     views = _federated_views(test, seed)
+    _client_wers(views["per_client"], test, {"ngram_rescoring": ngram.wer, "fmp": fmp.wer,
+                                             "oracle": first.oracle_wer})
     metrics = _metrics(first, ngram, fmp, fedlm, ftl, anon, views, dev, test, clock.timings)
+    rows = _systems_rows(first, ngram, fmp, fedlm)
     write_results(out, config={"preset": preset, "synth": manifest.get("config", {})}, seed=seed,
                   metrics=metrics, data={"corpus": out / "corpus"},
-                  extra={"stats": stats, "per_client": views["per_client"]})
-    report = _report(out, seed, preset, stats, _systems_rows(first, ngram, fmp, fedlm), first, ngram, fmp, fedlm,
-                     ftl, anon, views, metrics)
-    (out / "report.md").write_text(report, encoding="utf-8")
+                  extra={"stats": stats, "per_client": views["per_client"], "systems": rows})
+    report = _report(out, seed, preset, stats, rows, first, ngram, fmp, fedlm, ftl, anon, views, metrics)
+    (out / "report.md").write_text(report + plots_section(out), encoding="utf-8")
     return metrics

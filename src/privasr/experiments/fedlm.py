@@ -956,13 +956,16 @@ def write_report(cfg: FedLmRunConfig, out: Path, metrics: Mapping[str, Any], tab
                  argv: Sequence[str] | None) -> None:
     """Stage 6: ``out/results.json`` (the resolved config, the metrics, the inputs' fingerprints, the NNLM,
     the round history, the tables) and ``out/report.md``."""
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     extra = {"nnlm": model.info, "data_info": data.info, "history": main["history"], "tables": tables,
              "confidence": data.confidence_report, "rescore": rescored,
+             "reliability": data.reliability.as_dict() if data.reliability is not None else None,
              "command": list(argv) if argv is not None else None}
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=cfg.data.inputs(), extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tables, data.info, data.reliability), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, tables, data.info, data.reliability) + plots_section(out),
+                                   encoding="utf-8")
 
 
 def _save_model(path: Path, model: _Model, params: Mapping[str, np.ndarray], extra: Mapping[str, Any]) -> None:

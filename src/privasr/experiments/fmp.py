@@ -651,6 +651,7 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     (:func:`~privasr.federated.algorithms.fmp_data.build_clients`), :func:`tune_lam` on dev, :func:`run_test`,
     :func:`evaluate`, the optional :func:`run_tables`, then the results and the report.
     """
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     out = Path(out)
@@ -680,7 +681,7 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     extra = {"nnlm": p.info["nnlm"], "split": p.info.get("split"), "history": [h.to_dict() for h in history],
              "tables": tabs, "command": list(argv) if argv is not None else None}
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tabs), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, tabs) + plots_section(out), encoding="utf-8")
     return metrics
 
 

@@ -668,12 +668,13 @@ def write_report(cfg: FtlRunConfig, out: Path, metrics: Mapping[str, Any], runs:
                  central: Mapping[str, Any], seed: _Seed, argv: Sequence[str] | None) -> None:
     """Stage 5: ``out/results.json`` (the resolved config, the metrics, every run and the centralised rows) and
     ``out/report.md``."""
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"runs": runs, "centralised": central, "argv": list(argv) if argv else None})
-    (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed.eval, seed.valid_loss, argv),
-                                   encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed.eval, seed.valid_loss, argv)
+                                   + plots_section(out), encoding="utf-8")
 
 
 def _pct(x: float | None) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 
 from privasr.errors import InputError
 
-__all__ = ["compare_runs", "pooled_difference"]
+__all__ = ["compare_runs", "pooled_difference", "write_comparison"]
 
 
 def pooled_difference(errors_a: Sequence[Sequence[int]], errors_b: Sequence[Sequence[int]],
@@ -131,3 +131,22 @@ def compare_runs(runs: Sequence[str | Path], a: str = "ftl", b: str = "baseline"
         words = list(wa.utt_ref_words)
     pooled = pooled_difference(errs_a, errs_b, words, resamples=resamples, confidence=confidence, seed=seed)
     return {"a": a, "b": b, "per_run": per_run, "pooled": pooled}
+
+
+def write_comparison(out: str | Path, result: Mapping[str, Any], config: Mapping[str, Any], seed: int) -> Path:
+    """Write :func:`compare_runs`' ``result`` as ``out/results.json`` (``config``, ``seed``, the pooled metrics
+    and ``per_run``), its plot (``out/plots/compare.png``) and ``out/report.md``; return the results path."""
+    from privasr.plots import plots_section
+    from privasr.results import write_results
+
+    p, a, b = result["pooled"], result["a"], result["b"]
+    path = write_results(out, config=config, seed=seed, metrics={**p, "per_run": result["per_run"]})
+    lines = [f"# FTL runs compared: {a} against {b}", "", f"| run | seed | {a} WER | {b} WER | MAPSSWE p |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['run']} | {r['seed']} | {100 * r['wer_a']:.2f}% | {100 * r['wer_b']:.2f}% | {r['mapsswe_p']:.3g} |"
+              for r in result["per_run"]]
+    lines += ["", f"Over {p['runs']} runs: {a} {100 * p['wer_a']:.2f}%, {b} {100 * p['wer_b']:.2f}%, difference "
+              f"{100 * p['difference']:+.2f} points, {100 * p['confidence']:g}% paired bootstrap interval "
+              f"[{100 * p['ci_low']:+.2f}, {100 * p['ci_high']:+.2f}] over test utterances."]
+    (Path(out) / "report.md").write_text("\n".join(lines) + "\n" + plots_section(out), encoding="utf-8")
+    return path

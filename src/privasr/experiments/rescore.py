@@ -522,6 +522,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
     The stages: :func:`load_data`, :func:`build_lms`, :func:`score`, :func:`tune_weights`, :func:`apply_weights`,
     :func:`evaluate`, then the results and the report. Returns the metrics written to ``results.json``.
     """
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     out = Path(out)
@@ -550,7 +551,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
              "outputs": {"nbest": str(nbest_path) if nbest_path else None}}
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data.fingerprints, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, lm_info, tuning.result, tuning.retuned, data.split, argv,
-                                           nbest_path), encoding="utf-8")
+                                           nbest_path) + plots_section(out), encoding="utf-8")
     return metrics
 
 

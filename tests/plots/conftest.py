@@ -1,0 +1,60 @@
+"""Results dicts shaped as the runners write them (cut down from real runs), shared by the plot tests."""
+
+from __future__ import annotations
+
+import pytest
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def history(rounds: int, start: float) -> list[dict]:
+    return [{"round": r, "sampled": 4, "reported": 4, "dropped": {},
+             "metrics": {"clients": 4.0, "loss": start - 0.1 * r, "update_norm": 2.0 - 0.05 * r,
+                         "eval_ppl": 200.0 - 5 * r}} for r in range(rounds)]
+
+
+@pytest.fixture()
+def fedlm_results() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {"wer": 0.169, "wer_baseline": 0.173, "wer_first_pass": 0.2,
+                                                  "wer_rel_change": -0.02, "ppl": 145.0, "ppl_baseline": 218.0,
+                                                  "ece": 0.02},
+            "history": history(5, 5.0),
+            "tables": {"loss": [{"loss": "none (unadapted)", "ppl": 218.0, "wer": 0.173},
+                                {"loss": "token", "ppl": 145.0, "wer": 0.169}],
+                       "noise": [{"noise_multiplier": 0.0, "ppl": 150.0, "wer": 0.1692, "epsilon": "inf"},
+                                 {"noise_multiplier": 0.5, "ppl": 195.0, "wer": 0.1706, "epsilon": 27.8},
+                                 {"noise_multiplier": 1.5, "ppl": 206.0, "wer": 0.1718, "epsilon": 3.8}]},
+            "confidence": {"ece": 0.019, "auc": 0.79},
+            "reliability": {"bin_lower": [0.0, 0.25, 0.5, 0.75], "bin_upper": [0.25, 0.5, 0.75, 1.0],
+                            "bin_centre": [0.125, 0.375, 0.625, 0.875], "count": [0, 120, 300, 900],
+                            "mean_confidence": [None, 0.4, 0.63, 0.9], "accuracy": [None, 0.45, 0.6, 0.91]}}
+
+
+@pytest.fixture()
+def fmp_results() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {"wer": 0.1685, "wer_baseline": 0.1735},
+            "history": [{"round": r, "metrics": {"clients": 16.0, "qbar_mass": 3000.0 * (r + 1),
+                                                 "has_qbar": 1.0, "changed": 90.0 + r}} for r in range(4)],
+            "tables": {"rounds": [{"T": t, "wer": 0.17 - 0.0005 * t, "mapsswe_p": 0.01} for t in (1, 2, 5, 10)],
+                       "hyper": [{"alpha": 0.5, "beta": 0.25, "sigma": s, "wer": 0.168 + 0.0001 * s}
+                                 for s in (0.1, 1.0, 5.0, 10.0)]
+                       + [{"alpha": 0.0, "beta": 0.75, "sigma": 5.0, "wer": 0.1717}],
+                       "epsilon": [{"epsilon_target": e, "epsilon": e, "delta": 1e-5, "wer": 0.172 - 0.0005 * e}
+                                   for e in (0.1, 0.5, 1.0, 2.0)]}}
+
+
+@pytest.fixture()
+def audit_results() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {},
+            "sections": {
+                "fmp": {"games": {"aggregate": {"eps_lb": 2.59, "eps_lb_max": 2.59, "tpr": 1.0, "fpr": 0.0,
+                                                "roc": {"fpr": [0.0, 0.0, 1.0], "tpr": [0.0, 1.0, 1.0]}},
+                                  "dp_aggregate": {"eps_lb": 0.0, "eps_lb_max": 2.6, "epsilon_accountant": 1.0}}},
+                "fmp_checkpoint": {"auc": 0.9, "roc": {"fpr": [0.0, 0.1, 0.5, 1.0], "tpr": [0.0, 0.6, 0.95, 1.0]}},
+                "fedlm_checkpoint": {"attacks": {"loss": {"auc": 0.67, "roc": {"fpr": [0, 0.5, 1],
+                                                                               "tpr": [0, 0.7, 1]}}}},
+                "fedlm": {"exposure": {"repetitions": [1, 4, 16], "max_exposure": 10.97, "rows": [
+                    {"setting": "no DP", "noise_multiplier": None, "epsilon": None,
+                     "exposure": {"1": 1.3, "4": 3.1, "16": 7.9}, "baseline": 1.55},
+                    {"setting": "DP", "noise_multiplier": 1.0, "epsilon": 9.0,
+                     "exposure": {"1": 1.7, "4": 1.3, "16": 1.9}, "baseline": 1.6}]}}}}
