@@ -69,3 +69,39 @@ def test_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["anonymize", str(bad), str(tmp_path / "y.jsonl"), "--entities", "gold", "--from", "conll"]) == 2
     err = capsys.readouterr().err
     assert "bad.conll" in err and "IOB" in err
+
+
+def test_default_detector_is_the_finetuned_one_and_stock_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import privasr.anon.ner_model as ner_model
+
+    class Det:
+        def detect(self, sentences):
+            return [[] for _ in sentences]
+
+    seen = []
+    monkeypatch.setattr(ner_model, "load_detector", lambda spec: seen.append(spec) or Det())  # no training here
+    src = _conll(tmp_path)
+    assert main(["anonymize", str(src), str(tmp_path / "a.jsonl")]) == 0
+    assert seen == ["finetuned"] and "warning" not in capsys.readouterr().err
+    assert main(["anonymize", str(src), str(tmp_path / "b.jsonl"), "--detector", "stock"]) == 0
+    err = capsys.readouterr().err
+    assert seen[-1] == "stock" and err.startswith("warning: detector 'stock'") and "lower-case ASR" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_finetuned_model_lives_in_the_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import privasr.anon.ner_model as ner_model
+
+    monkeypatch.setenv("PRIVASR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ner_model, "load_ner_data", lambda d, seed: "DATA")
+    seen = {}
+
+    def fake_cached(data, data_dir, cfg, root, seed, log):
+        seen["root"] = root
+        return root / "ner-x", {}, True
+
+    monkeypatch.setattr(ner_model, "cached_model", fake_cached)
+    assert ner_model.finetuned_model(tmp_path) == tmp_path / "cache" / "ner-x"
+    assert seen["root"] == tmp_path / "cache"

@@ -107,3 +107,21 @@ def test_unsupported_accounting_is_an_error(dp, capsys):
 def test_usage_errors_exit_2(capsys):
     assert main(["privacy", "epsilon", "--noise-multiplier", "1"]) == 2  # --rounds is required
     assert main(["privacy", "epsilon", "--rounds", "x", "--noise-multiplier", "1"]) == 2
+
+
+def test_pld_at_a_tiny_noise_multiplier_is_refused_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from privasr.cli import main
+
+    t0 = time.perf_counter()
+    assert main(["privacy", "epsilon", "-z", "0.01", "-T", "100", "--accountant", "pld"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the PLD accountant would need") and "--accountant rdp" in err
+    assert len(err.strip().splitlines()) == 1
+    # chosen by default (laplace -> pld): one warning line, then the rdp answer
+    assert main(["privacy", "epsilon", "--mechanism", "laplace", "--epsilon-per-round", "2000", "-T", "100"]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("warning: the PLD accountant would need") and out.out.startswith("epsilon ")
+    assert "(rdp," in out.out
+    assert time.perf_counter() - t0 < 10

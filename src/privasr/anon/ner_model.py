@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from privasr import progress
 from privasr.anon.ner import (
     CombinedDetector,
     EntityDetector,
@@ -39,6 +41,7 @@ from privasr.anon.transform import LABELS, EntitySpan, check_spans
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["NerTrainConfig", "train_ner", "gutenberg_cased_sentences", "cached_model", "finetuned_model",
+           "user_cache_dir", "CACHE_ENV", "FINETUNE_TIME",
            "load_detector"]
 
 
@@ -247,18 +250,32 @@ def _train_epochs(nlp: Any, ner: Any, examples: list[Any], optimizer: Any, dev_d
     without improvement; leave ``ner`` at its best epoch. Returns the best dev micro F1, its epoch, the history."""
     import random
 
-    from spacy.util import minibatch
-
     detector = SpacyDetector(nlp)
     dev_gold = [s for _, s in dev_docs]
     dev_words = [w for w, _ in dev_docs]
     shuffler = random.Random(cfg.seed)
-    best, best_bytes, best_epoch, history, bad = -1.0, None, 0, [], 0
+    history: list[dict[str, Any]] = []
+    with progress.task("NER fine-tuning epochs", total=cfg.epochs) as epochs_bar:
+        best, best_bytes, best_epoch = _epochs(nlp, ner, examples, optimizer, dev_docs, cfg, log, detector,
+                                               dev_gold, dev_words, shuffler, history, epochs_bar)
+    if best_bytes is not None:
+        ner.from_bytes(best_bytes)
+    return best, best_epoch, history
+
+
+def _epochs(nlp: Any, ner: Any, examples: list[Any], optimizer: Any, dev_docs: Sequence[Doc], cfg: NerTrainConfig,
+            log: Callable[[str], None] | None, detector: Any, dev_gold: list[Any], dev_words: list[Any],
+            shuffler: Any, history: list[dict[str, Any]], epochs_bar: progress.Task) -> tuple[float, Any, int]:
+    """:func:`_train_epochs`' loop; returns the best dev micro F1, the NER's bytes at that epoch and the epoch."""
+    from spacy.util import minibatch
+
+    best, best_bytes, best_epoch, bad = -1.0, None, 0, 0
+    batches = -(-len(examples) // cfg.batch_size)
     for epoch in range(1, cfg.epochs + 1):
         te = time.perf_counter()
         shuffler.shuffle(examples)
         losses: dict[str, float] = {}
-        for batch in minibatch(examples, size=cfg.batch_size):
+        for batch in progress.track(minibatch(examples, size=cfg.batch_size), f"epoch {epoch}", total=batches):
             nlp.update(batch, sgd=optimizer, drop=cfg.dropout, losses=losses)
         dev_pred = detector.detect(dev_words) if dev_docs else []
         f1 = _micro_f1(dev_gold, dev_pred) if dev_docs else 0.0
@@ -267,15 +284,14 @@ def _train_epochs(nlp: Any, ner: Any, examples: list[Any], optimizer: Any, dev_d
                         "seconds": time.perf_counter() - te})
         if log is not None:
             log(f"epoch {epoch}: loss {float(losses.get('ner', 0.0)):.1f} dev micro F1 {f1:.4f}")
+        epochs_bar.update(completed=epoch, info=f"dev F1 {f1:.3f}")
         if f1 > best or not dev_docs:
             best, best_bytes, best_epoch, bad = f1, ner.to_bytes(), epoch, 0
         else:
             bad += 1
             if bad >= cfg.patience:
                 break
-    if best_bytes is not None:
-        ner.from_bytes(best_bytes)
-    return best, best_epoch, history
+    return best, best_bytes, best_epoch
 
 
 # ------------------------------------------------------------------------------------ the project's model
@@ -326,6 +342,7 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
     train = [d for name in data.parts for w, s in data.parts[name]["train"] for d in ((w, s), asr_style(w, s))]
     dev = [d for name in data.parts for w, s in data.parts[name]["dev"] for d in ((w, s), asr_style(w, s))]
     tmp = folder.with_name(folder.name + ".tmp")
+    progress.note(f"training the fine-tuned NER once ({FINETUNE_TIME}); it is then cached in {folder}")
     info = train_ner(train, dev, tmp, cfg, extra={"split_seed": split_seed, "data": fps, "key": key}, log=log)
     cased = gutenberg_cased_sentences(data_dir) + [w for name in data.parts for w, _ in data.parts[name]["train"]]
     common = sorted(common_words(cased))
@@ -339,12 +356,37 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
     return folder, info, True
 
 
-def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path = "runs/cache", *, seed: int = 0,
+CACHE_ENV = "PRIVASR_CACHE"
+"""The environment variable naming the user cache folder (:func:`user_cache_dir`)."""
+
+FINETUNE_TIME = "about 10 minutes on 2 CPU cores"
+"""How long training the fine-tuned NER takes (measured: ``privasr anon train-ner``)."""
+
+
+def user_cache_dir() -> Path:
+    """The user's privasr cache: ``$PRIVASR_CACHE``, else ``$XDG_CACHE_HOME/privasr``, else ``~/.cache/privasr``.
+
+    The fine-tuned NER is trained into it once and reused by every later run, wherever it is started.
+
+    >>> import os
+    >>> os.environ[CACHE_ENV] = "/tmp/privasr-cache"; str(user_cache_dir())
+    '/tmp/privasr-cache'
+    >>> del os.environ[CACHE_ENV]
+    """
+    own = os.environ.get(CACHE_ENV)
+    if own:
+        return Path(own).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "privasr"
+
+
+def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path | None = None, *, seed: int = 0,
                     log: Any = None) -> Path:
     """The folder of the project's fine-tuned NER (the default :class:`NerTrainConfig` on the
     ``seed`` split of ``data_dir``'s Wikigold and Earnings-21 training parts, :func:`cached_model`): taken from
-    ``cache_root`` when present, trained there first otherwise (about 10 minutes on 2 CPU cores). This is what
-    the detector spec ``"finetuned"`` of :func:`load_detector` loads.
+    ``cache_root`` (default :func:`user_cache_dir`) when present, trained there first otherwise
+    (:data:`FINETUNE_TIME`, with a progress bar). This is what the detector spec ``"finetuned"`` of
+    :func:`load_detector` loads.
 
     Raises:
         ConfigError: no data folder (``$PRIVASR_DATA`` or ``../shared/data``) holds the NER data.
@@ -355,7 +397,8 @@ def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path =
     if d is None:
         raise ConfigError("the fine-tuned NER needs the evaluation data to train on, and no data folder was found",
                           expected="$PRIVASR_DATA or ../shared/data with ner-wikigold and earnings21")
-    folder, _, _ = cached_model(load_ner_data(d, seed), d, NerTrainConfig(seed=seed), Path(cache_root), seed, log)
+    root = Path(cache_root) if cache_root is not None else user_cache_dir()
+    folder, _, _ = cached_model(load_ner_data(d, seed), d, NerTrainConfig(seed=seed), root, seed, log)
     return folder
 
 
@@ -363,10 +406,11 @@ def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path =
 
 
 def load_detector(spec: str | Path | Mapping[str, Any] = "stock", *, common: Iterable[str] | None = None,
-                  cache_root: str | Path = "runs/cache") -> EntityDetector:
+                  cache_root: str | Path | None = None) -> EntityDetector:
     """A detector from a spec: ``"stock"`` (en_core_web_sm + patterns), ``"patterns"`` (patterns only),
     ``"finetuned"`` (the project's fine-tuned model, :func:`finetuned_model`: taken from
-    ``cache_root``, trained there first when absent; + patterns and the recall passes), a
+    ``cache_root`` (default :func:`user_cache_dir`), trained there first when absent; + patterns and the recall
+    passes), a
     folder saved by :func:`train_ner` (+ patterns, with the recall passes of :class:`~privasr.anon.ner.CombinedDetector`:
     document propagation when ``detect`` gets groups, PER refinement, and truecasing when the folder holds a
     ``truecase.json`` as :func:`cached_model` writes), or a mapping ``{"model":

@@ -433,14 +433,11 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
 
 def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bool, already: int,
                total: int, decoder: Any) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from contextlib import nullcontext
 
-    prog = Progress(TextColumn("[bold]tts-nbest[/]"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[audio]:.0f} s audio"), TimeRemainingColumn(),
-                    console=Console(stderr=True), disable=not show, transient=False)
-    with prog:
-        bar = prog.add_task("decode", total=total, completed=already, audio=0.0)
+    from privasr import progress
+
+    with progress.task("tts-nbest", total=total, completed=already) if show else nullcontext(progress.Task()) as bar:
         audio = 0.0
         if not tasks:
             return
@@ -450,7 +447,8 @@ def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bo
                 for task in tasks:
                     _, sec = _work(task)
                     audio += sec
-                    prog.update(bar, advance=1, audio=audio)
+                    bar.advance()
+                    bar.update(info=f"{audio:.0f} s audio")
             finally:
                 _WORKER.pop("decoder", None)
             return
@@ -462,7 +460,8 @@ def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bo
                 for f in as_completed(futs):
                     _, sec = f.result()
                     audio += sec
-                    prog.update(bar, advance=1, audio=audio)
+                    bar.advance()
+                    bar.update(info=f"{audio:.0f} s audio")
             except BaseException:
                 for f in futs:
                     f.cancel()

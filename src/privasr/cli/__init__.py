@@ -39,8 +39,13 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars or notes on stderr (also "
+                               "PRIVASR_QUIET=1; bars are never drawn when stderr is not a terminal)."),
 ) -> None:
     """privasr: federated, differentially private and anonymised adaptation for ASR."""
+    from privasr.progress import set_quiet
+
+    set_quiet(True if quiet else None)
 
 
 def _register() -> None:

@@ -1,8 +1,10 @@
 """``privasr anonymize``: rewrite a corpus's named entities (paper 003 privacy transformations).
 
-``privasr anonymize SRC DST [--mode surrogate|tag|redact] [--entities detect|gold] [--ner SPEC] [--seed N]``
+``privasr anonymize SRC DST [--mode surrogate|tag|redact] [--entities detect|gold] [--detector SPEC] [--seed N]``
 reads any supported transcript or N-best corpus (format detected, or ``--from``), finds the entities with
-the NER (``--ner``; see :func:`privasr.anon.ner_model.load_detector`) or takes the corpus's own annotations
+the NER (``--detector``, alias ``--ner``, default ``finetuned``: the model for ASR-style text, trained once
+into the user cache; see :func:`privasr.anon.ner_model.load_detector`; ``stock`` prints a warning) or takes
+the corpus's own annotations
 (``--entities gold``: CoNLL, Earnings-21), rewrites them (:func:`privasr.anon.apply.anonymize_records`) and
 writes the result in ``--to`` format (canonical JSON Lines by default). The input is never written to. A
 summary with counts only (no words) goes to ``DST.results.json`` (``DST/results.json`` for a folder).
@@ -15,8 +17,15 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-__all__ = ["anonymize"]
+from privasr import progress
+
+__all__ = ["anonymize", "STOCK_WARNING"]
+
+STOCK_WARNING = ("detector 'stock' (spaCy en_core_web_sm + patterns) learnt its entities from cased, punctuated "
+                 "text and misses most names and organisations in lower-case ASR transcripts (docs/anonymisation.md); "
+                 "the default --detector finetuned is trained for them")
 
 
 def anonymize(
@@ -26,10 +35,11 @@ def anonymize(
                                                           "client), tag (<PER>, <ORG>, <LOC>, <MISC>) or redact."),
     entities: str = typer.Option("detect", "--entities", help="detect (run the NER) or gold (the corpus's own "
                                                                "entity annotations)."),
-    ner: str = typer.Option("stock", "--ner", help="NER to detect with: stock (spaCy en_core_web_sm + patterns), "
-                                                   "patterns, finetuned (the project's model for ASR-style "
-                                                   "text, cached in runs/cache; trained there on first use), "
-                                                   "or a model folder from privasr anon train-ner."),
+    ner: str = typer.Option("finetuned", "--detector", "--ner", help=(
+        "NER to detect with: finetuned (the default: the project's model for lower-case ASR-style text, trained "
+        "once on first use, about 10 minutes, and cached in $PRIVASR_CACHE or ~/.cache/privasr), stock (spaCy "
+        "en_core_web_sm + patterns: weaker on lower-case ASR text, says so), patterns, or a model folder from "
+        "privasr anon train-ner.")),
     seed: int = typer.Option(0, "--seed", help="Seed of the surrogate draws."),
     fmt: str = typer.Option(None, "--from", help="Input format (detected when omitted)."),
     to: str = typer.Option("jsonl", "--to", help="Output format: jsonl or any format with a writer."),
@@ -50,12 +60,14 @@ def anonymize(
     if entities == "detect":
         from privasr.anon.ner_model import load_detector
 
-        with Console(stderr=True).status(f"loading the NER ({ner})"):
+        if ner == "stock":
+            Console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), STOCK_WARNING),
+                                       highlight=False, soft_wrap=True)
+        with progress.task(f"loading the NER ({ner})", transient=True):
             detector = load_detector(ner)
     summary: dict[str, Any] = {}
-    console = Console(stderr=True)
     for d, target in targets:
-        with console.status(f"anonymising {d.name}"):
+        with progress.task(f"anonymising {d.name}", transient=True):
             records, stats = anonymize_records(list(d.records), anonymizer, detector, entities=entities)
         out = Dataset(d.name, d.kind, d.fmt, tuple(records))
         target.parent.mkdir(parents=True, exist_ok=True)

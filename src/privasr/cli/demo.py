@@ -17,10 +17,11 @@ def demo(
     Writes OUT/results.json (config, seed, version, data fingerprints, metrics) and OUT/report.md (a WER
     table and what each method did).
     """
+    from privasr import progress
     from privasr.experiments.demo import run_demo
 
     console = Console()
-    with console.status("running the demo"):
+    with progress.task("running the demo", transient=True):  # the stages' own bars (rounds, clients) nest in it
         metrics = run_demo(out, seed=seed, preset=preset)
     console.print(Markdown((out / "report.md").read_text(encoding="utf-8")))
     console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}  "

@@ -54,18 +54,15 @@ def read_vocab(path: Path) -> list[str]:
 
 
 def _read_text(path: Path, what: str) -> list[list[str]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from privasr import progress
     from privasr.lm.ngram.counts import read_sentences
 
     sents: list[list[str]] = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
-        task = progress.add_task(f"reading {what}", total=None)
+    with progress.task(f"reading {what}", transient=True) as bar:
         for k, s in enumerate(read_sentences(path), 1):
             sents.append(s)
             if k % 20000 == 0:
-                progress.update(task, completed=k)
+                bar.update(completed=k)
     return sents
 
 

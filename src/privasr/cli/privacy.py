@@ -16,10 +16,19 @@ app = typer.Typer(help="Differential privacy: the epsilon of a training run, or 
 _SAMPLER_HELP = ("How each round's participants are chosen: 'all' (everyone, no amplification), 'poisson' (each "
                  "independently with probability --rate), 'without_replacement' / 'with_replacement' (--sample-size "
                  "of --population).")
-_ACCOUNTANT_HELP = ("'rdp' (Renyi DP, fast, slightly loose) or 'pld' (privacy loss distributions, tight, slower). "
-                    "Default: rdp for gaussian, pld for laplace.")
+_ACCOUNTANT_HELP = ("'rdp' (Renyi DP, fast, slightly loose) or 'pld' (privacy loss distributions, tight, slower; "
+                    "refused when estimated to take minutes, e.g. at a tiny noise multiplier). Default: rdp for "
+                    "gaussian, pld for laplace (rdp, with a warning, where pld would take minutes).")
 _NEIGHBORING_HELP = ("'add_or_remove_one' or 'replace_one' (needed for sampling without replacement, which only the "
                      "rdp accountant supports).")
+
+
+def _warn(message: str) -> None:
+    """One ``warning:`` line on stderr."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), message), highlight=False, soft_wrap=True)
 
 
 def _finite(x: float | None) -> float | None:
@@ -153,20 +162,32 @@ def epsilon_cmd(
 
     Examples: DP-SGD-style federated rounds, 'privasr privacy epsilon --noise-multiplier 1.1 --rounds 100 --sampler poisson --rate 0.01'; the noise for a budget, '--target-epsilon 2.0' instead of '--noise-multiplier'; pure-DP Laplace releases, '--mechanism laplace --epsilon-per-round 0.5 --rounds 10' (composes to about 5).
     """
-    from privasr.privacy.dp.accounting import epsilon_for, noise_for_epsilon
+    from privasr.privacy.dp.accounting import SUPPORTED, PldTooCostly, epsilon_for, noise_for_epsilon
 
+    asked = accountant
     accountant = _check_names(mechanism, sampler, accountant, neighboring)
     _check_budget(rounds, delta, mechanism, noise_multiplier, target_epsilon, epsilon_per_round)
     _check_sampling(sampler, rate, sample_size, population)
     noise_multiplier = _given_noise(noise_multiplier, target_epsilon, epsilon_per_round)
 
-    common: dict[str, Any] = {"q": rate, "sample_size": sample_size, "population": population, "delta": delta,
-                              "accountant": accountant}
+    common: dict[str, Any] = {"q": rate, "sample_size": sample_size, "population": population, "delta": delta}
     kw: dict[str, Any] = {"mechanism": mechanism, "neighboring": neighboring}
-    if target_epsilon is not None:
-        noise_multiplier = noise_for_epsilon(target_epsilon, rounds, sampler, **common, **kw)
-    assert noise_multiplier is not None
-    eps = epsilon_for(noise_multiplier, rounds, sampler, **common, **kw)
+
+    def solve(acct: str) -> tuple[float, float]:
+        noise = noise_multiplier
+        if target_epsilon is not None:
+            noise = noise_for_epsilon(target_epsilon, rounds, sampler, **common, accountant=acct, **kw)
+        assert noise is not None
+        return noise, epsilon_for(noise, rounds, sampler, **common, accountant=acct, **kw)
+
+    try:
+        noise_multiplier, eps = solve(accountant)
+    except PldTooCostly as e:  # refused before it ran; chosen by default: the rdp accountant instead, said aloud
+        if asked is not None or ("rdp", neighboring) not in SUPPORTED[(mechanism, sampler)]:
+            raise
+        _warn(f"{e.args[0]}; the default accountant for this mechanism falls back to rdp")
+        accountant = "rdp"
+        noise_multiplier, eps = solve(accountant)
 
     # pure-DP Laplace without sampling: basic composition gives rounds * epsilon-per-round at delta 0
     pure = rounds / noise_multiplier if mechanism == "laplace" and sampler == "all" else None

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from privasr import progress
 from privasr.errors import ConfigError
 from privasr.federated.backends.local import LocalBackend
 from privasr.federated.core import ClientTask, FederatedError, SumAccumulator, client_seed
@@ -209,36 +210,67 @@ def run_federated(
 
     if resume and ckpt is not None and ckpt.is_file():
         start, state, client_states, history = _load_checkpoint(ckpt, run_key, privacy)
+        progress.note(f"resuming from round {start} (checkpoint {ckpt.parent})")
     else:
         start, client_states, history = 0, {}, []
         state = algorithm.init(np.random.default_rng([seed, 0, 3]))
+    if privacy is not None and start < rounds:
+        _check_accounting_cost(privacy, sampler, n, rounds - start)
 
-    for r in range(start, rounds):
-        t0 = time.perf_counter()
-        payload = algorithm.broadcast(state, r)
-        picked = np.asarray(sampler.sample(n, r, seed), dtype=np.int64)
-        tasks = [ClientTask(slot, int(i), clients[int(i)], client_states.get(int(i)), client_seed(seed, r, int(i), slot))
-                 for slot, i in enumerate(picked)]
-        acc, reported, dropped, new_states, client_s, metrics, shares = _round_sum(
-            algorithm, backend, payload, tasks, client_timeout, privacy, min_clients, r)
-        if reported < min_clients:
-            raise FederatedError(f"round {r}: only {reported} of {len(tasks)} sampled clients reported "
-                                 f"(min_clients={min_clients}); dropped: {dropped}")
-        for i, (_, s) in new_states.items():
-            client_states[i] = s
-        if privacy is not None:
-            acc, dp = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r,
-                                 None if shares is None else (shares, reported))
-            metrics.update(dp)
-        state, m = algorithm.server_update(state, acc, r, np.random.default_rng([seed, r, 4]))
-        metrics = {**dict(m or {}), **metrics}
-        entry = RoundLog(r, len(tasks), reported, dropped, metrics, time.perf_counter() - t0, client_s)
-        history.append(entry)
-        if on_round is not None:  # before the checkpoint, so that metrics it adds to the entry are kept
-            on_round(entry, state)
-        if ckpt is not None:
-            _save_checkpoint(ckpt, run_key, r + 1, state, client_states, history, privacy)
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    with progress.task(f"{name} rounds", total=rounds, completed=start) as bar:
+        for r in range(start, rounds):
+            state = _one_round(algorithm, clients, r, state, client_states, history, sampler=sampler,
+                               backend=backend, seed=seed, min_clients=min_clients, client_timeout=client_timeout,
+                               privacy=privacy, on_round=on_round, ckpt=ckpt, run_key=run_key)
+            bar.advance()
     return FederatedResult(state, client_states, history, start)
+
+
+def _one_round(algorithm: Any, clients: Sequence[Any], r: int, state: Any, client_states: dict[int, Any],
+               history: list[RoundLog], *, sampler: Any, backend: Any, seed: int, min_clients: int,
+               client_timeout: float | None, privacy: PrivacySettings | None,
+               on_round: Callable[[RoundLog, Any], None] | None, ckpt: Path | None, run_key: str) -> Any:
+    """Round ``r`` of :func:`run_federated`; returns the new server state (the clients' go into
+    ``client_states``, the round's log onto ``history``; the checkpoint is written)."""
+    n = len(clients)
+    t0 = time.perf_counter()
+    payload = algorithm.broadcast(state, r)
+    picked = np.asarray(sampler.sample(n, r, seed), dtype=np.int64)
+    tasks = [ClientTask(slot, int(i), clients[int(i)], client_states.get(int(i)), client_seed(seed, r, int(i), slot))
+             for slot, i in enumerate(picked)]
+    acc, reported, dropped, new_states, client_s, metrics, shares = _round_sum(
+        algorithm, backend, payload, tasks, client_timeout, privacy, min_clients, r)
+    if reported < min_clients:
+        raise FederatedError(f"round {r}: only {reported} of {len(tasks)} sampled clients reported "
+                             f"(min_clients={min_clients}); dropped: {dropped}")
+    for i, (_, s) in new_states.items():
+        client_states[i] = s
+    if privacy is not None:
+        acc, dp = _privatise(acc, algorithm, privacy, sampler, n, len(tasks), seed, r,
+                             None if shares is None else (shares, reported))
+        metrics.update(dp)
+    state, m = algorithm.server_update(state, acc, r, np.random.default_rng([seed, r, 4]))
+    metrics = {**dict(m or {}), **metrics}
+    entry = RoundLog(r, len(tasks), reported, dropped, metrics, time.perf_counter() - t0, client_s)
+    history.append(entry)
+    if on_round is not None:  # before the checkpoint, so that metrics it adds to the entry are kept
+        on_round(entry, state)
+    if ckpt is not None:
+        _save_checkpoint(ckpt, run_key, r + 1, state, client_states, history, privacy)
+    return state
+
+
+def _check_accounting_cost(privacy: PrivacySettings, sampler: Any, population: int, rounds: int) -> None:
+    """Refuse, before round one, a run whose accountant would take minutes to compose its rounds (PLD at a tiny
+    noise multiplier: :meth:`~privasr.privacy.dp.accounting.PrivacyAccountant.check_cost`)."""
+    check = getattr(privacy.accountant, "check_cost", None)
+    if check is None or getattr(privacy.accountant, "accountant", None) != "pld":
+        return
+    if privacy.composition == "parallel":
+        check(privacy.mechanism.dp_event(), 1)
+        return
+    check(_round_event(privacy.mechanism, sampler, population), rounds)
 
 
 def _load_checkpoint(ckpt: Path, run_key: str, privacy: PrivacySettings | None
@@ -268,7 +300,7 @@ def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTas
     secure = getattr(backend, "secagg", None)
     if secure is None:
         acc, reported, dropped, new_states, client_s = _gather(
-            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r)
+            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r, expected=len(tasks))
         return acc, reported, dropped, new_states, client_s, {}, None
     parts = min_clients if privacy is not None and secure.noise == "distributed" else None
     noise = None if parts is None or privacy is None else (privacy.mechanism.to_spec(), parts)
@@ -277,21 +309,22 @@ def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTas
     return acc, reported, dropped, new_states, client_s, {"secagg_clipped": float(clipped)}, parts
 
 
-def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False
+def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False, expected: int | None = None
             ) -> tuple[Any, int, dict[str, str], dict[int, tuple[int, Any]], float]:
     """Fold round ``r``'s successful updates into the accumulator as they arrive and log the dropped clients.
 
     Returns the accumulator, the number of clients that reported, the dropped ones (``"slot:index"`` -> why),
     each reporting client's new state with the slot it came from (the first slot of a client drawn twice) and
     the clients' summed seconds. ``summed``: the backend summed the updates securely, so a successful outcome
-    carries no update (the accumulator returned is then ``None``).
+    carries no update (the accumulator returned is then ``None``). ``expected``: the number of clients sampled
+    (the progress bar's total).
     """
     acc = None
     dropped: dict[str, str] = {}
     reported = 0
     new_states: dict[int, tuple[int, Any]] = {}
     client_s = 0.0
-    for out in outcomes:
+    for out in progress.track(outcomes, f"round {r + 1} clients", total=expected):
         client_s += out.seconds
         if not (out.error is None if summed else out.ok):
             dropped[f"{out.slot}:{out.index}"] = out.error or "no update"
@@ -344,17 +377,21 @@ def _save_checkpoint(ckpt: Path, run_key: str, rounds_done: int, state: Any, cli
 
 def _account(privacy: PrivacySettings, mechanism: Any, sampler: Any, population: int, sample_size: int,
              r: int) -> None:
-    from privasr.privacy.dp.accounting import round_event
-
     if privacy.composition == "parallel":
         if r == 0 or not privacy.accountant.events:
             privacy.accountant.step(mechanism.dp_event())
         return
+    privacy.accountant.step(_round_event(mechanism, sampler, population))
+
+
+def _round_event(mechanism: Any, sampler: Any, population: int) -> Any:
+    """One round's accounting event: the mechanism's event amplified by the sampler that picked the clients."""
+    from privasr.privacy.dp.accounting import round_event
+
     kind = sampler.kind
     params: dict[str, Any] = {}
     if kind == "poisson":
         params["sampling_probability"] = sampler.sampling_probability(population)
     elif kind in ("without_replacement", "with_replacement"):
         params.update(sample_size=int(sampler.n), population=population)
-    event = round_event(mechanism.dp_event(), kind, **params)
-    privacy.accountant.step(event)
+    return round_event(mechanism.dp_event(), kind, **params)

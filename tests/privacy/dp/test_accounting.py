@@ -329,3 +329,38 @@ def test_rdp_evaluates_each_distinct_event_once_and_matches_dp_accounting():
         round_event(dp.GaussianDpEvent(1.0), "without_replacement", sample_size=8, population=32), 1).compose(half, 2)
     assert eps[-1] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
     assert eps == sorted(eps)
+
+
+# -- the PLD cost guard (issue 23: a tiny noise multiplier ran 10 minutes and 6.6 GB) ---------------------------
+
+
+def test_pld_guard_refuses_a_tiny_noise_multiplier_at_once() -> None:
+    import time
+
+    from privasr.privacy.dp.accounting import PldTooCostly, epsilon_for
+
+    t0 = time.perf_counter()
+    with pytest.raises(PldTooCostly, match=r"PLD accountant would need about \d+ minutes.*--accountant rdp"):
+        epsilon_for(0.01, 100, "all", accountant="pld")
+    with pytest.raises(PldTooCostly):
+        epsilon_for(0.01, 100, "poisson", q=0.01, accountant="pld")
+    assert time.perf_counter() - t0 < 5
+    assert epsilon_for(0.01, 100, "all", accountant="rdp") > 0  # rdp stays available
+
+
+def test_pld_cost_grows_as_the_noise_shrinks_and_ordinary_settings_pass() -> None:
+    import dp_accounting
+
+    from privasr.privacy.dp.accounting import PLD_MAX_SECONDS, PrivacyAccountant, pld_cost
+
+    g = dp_accounting.GaussianDpEvent
+    costs = [pld_cost(g(s), 100).seconds for s in (2.0, 1.0, 0.1, 0.01)]
+    assert costs == sorted(costs) and costs[0] < costs[-1] / 50
+    assert pld_cost(g(1.0), 100).seconds < PLD_MAX_SECONDS
+    assert pld_cost(g(1.0), 100, "replace_one").points > pld_cost(g(1.0), 100).points
+    acct = PrivacyAccountant("pld")
+    acct.step(dp_accounting.LaplaceDpEvent(2.0), 4)
+    acct.check_cost()  # cheap: passes
+    acct.step(g(0.005), 10)
+    with pytest.raises(ConfigError, match="to compose these 14 releases"):
+        acct.epsilon()

@@ -86,6 +86,7 @@ from typing import Any
 
 import numpy as np
 
+from privasr import progress
 from privasr.errors import ConfigError, InputError
 from privasr.federated.backends.flower_deploy import (
     ALGORITHM_KEY,
@@ -912,6 +913,8 @@ def run_flower(
     try:
         if mode == "simulation":
             return _run_simulation(spec, clients, backend_config, nodes_dir)
+        if resume and ckpt is not None and _checkpoint_round(ckpt / CHECKPOINT_NAME):  # the loop runs elsewhere
+            progress.note(f"resuming from round {_checkpoint_round(ckpt / CHECKPOINT_NAME)} (checkpoint {ckpt})")
         return _run_deployment(spec, clients, nodes_dir, run_timeout=run_timeout, keep_workdir=keep_workdir)
     finally:
         flwr_logger.setLevel(level)

@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from privasr import progress
 from privasr.errors import ConfigError, InputError
 from privasr.lm.neural.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from privasr.lm.neural.models import ClassSoftmax, LstmLM, NeuralLMConfig, TransformerLM, build_model
@@ -375,44 +376,38 @@ def _set_rng_state(st: Mapping[str, Any], dev: torch.device) -> None:
 
 
 class _Progress:
-    """Rich progress bars on stderr, or nothing."""
+    """The trainer's bars (:mod:`privasr.progress`): one per epoch, the previous one closed when the next opens;
+    or nothing when ``enabled`` is false."""
 
     def __init__(self, enabled: bool) -> None:
-        self.p = None
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                              console=Console(stderr=True))
+        self.enabled = enabled
+        self._current: Any = None
 
     def __enter__(self) -> _Progress:
-        if self.p is not None:
-            self.p.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.p is not None:
-            self.p.__exit__(*exc)
+        self._close()
+
+    def _close(self) -> None:
+        if self._current is not None:
+            self._current.__exit__(None, None, None)
+            self._current = None
 
     def task(self, description: str, total: int, completed: int = 0) -> Any:
-        return None if self.p is None else self.p.add_task(description, total=total, completed=completed, info="")
+        if not self.enabled:
+            return None
+        self._close()
+        self._current = progress.task(description, total=total, completed=completed)
+        return self._current.__enter__()
 
     def update(self, task: Any, **kw: Any) -> None:
-        if self.p is not None and task is not None:
-            self.p.update(task, **kw)
+        if task is not None:
+            task.update(**kw)
 
     def log(self, text: str) -> None:
-        if self.p is not None:
-            self.p.console.print(text, highlight=False)
+        if self.enabled:
+            progress.note(text)
 
 
 def _lr_factor(opts: TrainOptions, step: int, total_steps: int, plateau_scale: float) -> float:

@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "PrivacyAccountant", "round_event", "epsilon_for", "noise_for_epsilon", "event_to_dict", "event_from_dict",
-    "ACCOUNTANTS", "NEIGHBORING", "SAMPLERS", "SUPPORTED",
+    "ACCOUNTANTS", "NEIGHBORING", "SAMPLERS", "SUPPORTED", "PldCost", "pld_cost", "PLD_MAX_SECONDS", "PLD_MAX_GIB",
 ]
 
 ACCOUNTANTS = ("rdp", "pld")
@@ -298,10 +298,146 @@ def _classify(event: DpEvent) -> tuple[str, str] | None:
     return None
 
 
+def _noise_text(event: DpEvent) -> str:
+    """`` (noise multiplier X)`` of the first noise event inside ``event``, or ``""``."""
+    dp = _dp()
+    while not isinstance(event, dp.GaussianDpEvent | dp.LaplaceDpEvent):
+        inner = getattr(event, "event", None)
+        if inner is None:
+            return ""
+        event = inner
+    return f" (noise multiplier {event.noise_multiplier:g})"
+
+
 def _combos_text(combos: tuple[tuple[str, str], ...]) -> str:
     if not combos:
         return "no dp_accounting accountant supports it (use sampler 'poisson' or 'all' instead)"
     return "supported with " + " or ".join(f"accountant={a!r}, neighboring={n!r}" for a, n in combos)
+
+
+# ------------------------------------------------------------------------------------------- PLD cost guard
+
+PLD_MAX_SECONDS = 120.0
+"""A PLD composition estimated to take longer than this is refused (:meth:`PrivacyAccountant.check_cost`)."""
+
+PLD_MAX_GIB = 4.0
+"""A PLD composition estimated to need more memory than this (GiB) is refused."""
+
+_PLD_INTERVAL = 1e-4  # dp_accounting's PLDAccountant default value_discretization_interval (used here)
+_GAUSS_TAIL = 9.4  # dp_accounting truncates the Gaussian's privacy loss about this many standard deviations out
+_S_PER_POINT = 2e-6  # measured: seconds per grid point of the composed distributions (FFT and bookkeeping)
+_S_PER_BUILD_POINT = 3e-6  # seconds per grid point of one event's distribution (built point by point)
+_BYTES_PER_POINT = 80.0  # the FFT's complex arrays and their temporaries
+_BYTES_PER_BUILD_POINT = 100.0  # Python floats while one event's distribution is built
+
+
+@dataclass(frozen=True)
+class PldCost:
+    """An estimate of what dp_accounting's PLD accountant needs to compose some events.
+
+    Attributes:
+        points: grid points of the composed privacy loss distributions (both directions).
+        build_points: grid points of the single events' distributions, built one point at a time.
+        seconds: estimated run time (measured constants: a 2-core machine; the order of magnitude is what
+            counts).
+        gib: estimated peak memory in GiB.
+    """
+
+    points: float
+    build_points: float
+    seconds: float
+    gib: float
+
+    def __add__(self, other: PldCost) -> PldCost:
+        return PldCost(self.points + other.points, self.build_points + other.build_points,
+                       self.seconds + other.seconds, max(self.gib, other.gib))
+
+
+_FREE = PldCost(0.0, 0.0, 0.0, 0.0)
+
+
+def _loss_range(kind: str, noise: float, sensitivity: float, q: float) -> float:
+    """Width of one event's privacy loss support (discretised by dp_accounting), in loss units."""
+    if noise <= 0:
+        return math.inf
+    if kind == "laplace":
+        width = 2.0 * sensitivity / noise
+        top = sensitivity / noise
+    else:
+        width = 2.0 * _GAUSS_TAIL * sensitivity / noise
+        top = _GAUSS_TAIL * sensitivity / noise + sensitivity ** 2 / (2.0 * noise ** 2)
+    if q >= 1.0:
+        return width
+    # Poisson sampling: the loss is log(1 - q + q e^L); its upper end is about top + log q, its lower end
+    # log(1 - q) (the other direction is no wider)
+    upper = top + math.log(q) if top > 30 else math.log1p(q * math.expm1(top))
+    return max(upper, 0.0) - math.log1p(-q)
+
+
+def _event_cost(event: Any, count: int, sensitivity: float, q: float = 1.0) -> PldCost:
+    dp = _dp()
+    if isinstance(event, dp.SelfComposedDpEvent):
+        return _event_cost(event.event, count * int(event.count), sensitivity, q)
+    if isinstance(event, dp.ComposedDpEvent):
+        total = _FREE
+        for e in event.events:
+            total = total + _event_cost(e, count, sensitivity, q)
+        return total
+    if isinstance(event, dp.PoissonSampledDpEvent):
+        return _event_cost(event.event, count, sensitivity, q * float(event.sampling_probability))
+    if isinstance(event, dp.GaussianDpEvent | dp.LaplaceDpEvent):
+        kind = "gaussian" if isinstance(event, dp.GaussianDpEvent) else "laplace"
+        one = _loss_range(kind, float(event.noise_multiplier), sensitivity, q) / _PLD_INTERVAL
+        if not math.isfinite(one):  # no noise: dp_accounting answers at once (epsilon is infinite)
+            return _FREE
+        # the composed grid (measured against dp_accounting's): a floor from its tail bounds, then it spreads
+        # like sqrt(count), less so under sampling (the sampled loss is mostly near 0); the other direction's
+        # grid is as wide without sampling, about a third as wide with it
+        spread = 0.9 * math.sqrt(count) if q >= 1.0 else 6.0 * math.sqrt(count * q)
+        composed = one if count == 1 else one * min(float(count), max(3.5, spread))
+        points, build = composed * (2.0 if q >= 1.0 else 1.3), 2.0 * one
+        seconds = _S_PER_POINT * points + _S_PER_BUILD_POINT * build
+        gib = max(_BYTES_PER_POINT * points / 2.0, _BYTES_PER_BUILD_POINT * build) / 2 ** 30
+        return PldCost(points, build, seconds, gib)
+    return _FREE  # other events (none of this module's) are not estimated
+
+
+def pld_cost(event: DpEvent, count: int = 1, neighboring: str = "add_or_remove_one") -> PldCost:
+    """Estimate the time and memory dp_accounting's PLD accountant needs to compose ``event`` ``count`` times.
+
+    The PLD accountant discretises each event's privacy loss on a grid of step 1e-4 and composes by FFT; the
+    grid spans the loss's range, which grows like ``1 / noise_multiplier`` (Gaussian: ``noise^-2`` at the top
+    end), and the composed one like ``sqrt(count)``. A tiny noise multiplier therefore asks for a grid of
+    billions of points (minutes, gigabytes), which this estimates in microseconds, before anything runs.
+
+    >>> import pytest
+    >>> dp_accounting = pytest.importorskip("dp_accounting")
+    >>> pld_cost(dp_accounting.GaussianDpEvent(1.0), 100).seconds < PLD_MAX_SECONDS
+    True
+    >>> pld_cost(dp_accounting.GaussianDpEvent(0.01), 100).seconds > 600
+    True
+    """
+    _choice("neighboring relation", neighboring, NEIGHBORING)
+    if not _is_int(count) or count < 1:
+        raise ConfigError(f"count must be an integer >= 1, got {count!r}")
+    return _event_cost(event, count, 2.0 if neighboring == "replace_one" else 1.0)
+
+
+def _cost_text(cost: PldCost) -> str:
+    time_text = f"{cost.seconds / 60:.0f} minutes" if cost.seconds >= 120 else f"{cost.seconds:.0f} s"
+    return f"about {time_text} and {cost.gib:.1f} GiB"
+
+
+class PldTooCostly(ConfigError):
+    """A PLD composition was refused before it ran: it would take minutes or gigabytes (:func:`pld_cost`)."""
+
+
+def _refuse_pld(cost: PldCost, what: str) -> None:
+    """Raise :class:`PldTooCostly` when ``cost`` is over :data:`PLD_MAX_SECONDS` or :data:`PLD_MAX_GIB`."""
+    if cost.seconds > PLD_MAX_SECONDS or cost.gib > PLD_MAX_GIB:
+        raise PldTooCostly(f"the PLD accountant would need {_cost_text(cost)} to compose {what} (its grid grows "
+                          "like 1/noise multiplier)", expected="the rdp accountant (--accountant rdp, "
+                          "accountant='rdp'), fast and slightly looser, or a larger noise multiplier")
 
 
 # ---------------------------------------------------------------------------------------------- accountant
@@ -450,16 +586,62 @@ sampling; supported with accountant='pld', neighboring='add_or_remove_one'
         # curves are cached per distinct event, see _rdp_curve)
         self._stale = True
 
+    def _merged(self, extra: tuple[DpEvent, int] | None = None) -> list[list[Any]]:
+        """The history (and ``extra``) with consecutive repeats of an event merged into one ``[event, count]``."""
+        merged: list[list[Any]] = []
+        for event, count in [*self._history, *([extra] if extra is not None else [])]:
+            if merged and merged[-1][0] == event:
+                merged[-1][1] += count
+            else:
+                merged.append([event, count])
+        return merged
+
+    def estimated_cost(self, event: DpEvent | None = None, count: int = 1) -> PldCost:
+        """:func:`pld_cost` of the history composed so far, plus ``event`` ``count`` times (zero for ``rdp``).
+
+        >>> import pytest
+        >>> dp_accounting = pytest.importorskip("dp_accounting")
+        >>> PrivacyAccountant("pld").estimated_cost(dp_accounting.GaussianDpEvent(0.01), 50).seconds > PLD_MAX_SECONDS
+        True
+        >>> PrivacyAccountant("rdp").estimated_cost(dp_accounting.GaussianDpEvent(0.01), 50).seconds
+        0.0
+        """
+        if self.accountant != "pld":
+            return _FREE
+        total = _FREE
+        for ev, c in self._merged(None if event is None else (event, count)):
+            total = total + pld_cost(ev, c, self.neighboring)
+        return total
+
+    def check_cost(self, event: DpEvent | None = None, count: int = 1) -> None:
+        """Refuse (:class:`~privasr.errors.ConfigError`, naming the rdp accountant) a PLD composition of the
+        history plus ``event`` ``count`` times that would run for minutes or need gigabytes
+        (:data:`PLD_MAX_SECONDS`, :data:`PLD_MAX_GIB`). Runners call it before their first round with the whole
+        run's events; :meth:`epsilon` and :meth:`delta_for` call it before composing.
+
+        >>> import pytest
+        >>> dp_accounting = pytest.importorskip("dp_accounting")
+        >>> PrivacyAccountant("pld").check_cost(dp_accounting.GaussianDpEvent(0.01), 100)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        privasr.privacy.dp.accounting.PldTooCostly: the PLD accountant would need about ... minutes and ... GiB to compose ...
+        """
+        cost = self.estimated_cost(event, count)
+        if event is None:
+            what = f"these {self.steps} releases"
+        else:
+            shape = _classify(event)
+            what = (f"{count} releases of " + (f"{shape[0]} noise with {shape[1]!r} sampling" if shape else
+                                                type(event).__name__) + _noise_text(event))
+        _refuse_pld(cost, what)
+
     def _current(self) -> _NativeAccountant:
         """The dp_accounting accountant with the whole history composed."""
         if self._stale:
+            if self.accountant == "pld":
+                self.check_cost()
             native = self._make_native()
-            merged: list[list[Any]] = []
-            for event, count in self._history:
-                if merged and merged[-1][0] == event:
-                    merged[-1][1] += count
-                else:
-                    merged.append([event, count])
+            merged = self._merged()
             for event, count in merged:
                 curve = self._rdp_curve(event) if self.accountant == "rdp" else None
                 if curve is not None:  # RDP composes by adding curves: count times the event's cached curve
@@ -733,6 +915,9 @@ def noise_for_epsilon(
 
     @functools.cache
     def eps_at(x: float) -> float:
+        if accountant == "pld":
+            _refuse_pld(pld_cost(event(x), rounds, neighboring),
+                        f"{rounds} rounds at noise multiplier {x:.4g} while searching for the noise")
         return float(acct._make_native().compose(native(x)).get_epsilon(acct.target_delta))
 
     guess, factor = 1.0, 2.0
