@@ -408,6 +408,8 @@ def _shapes(line: str) -> set[str]:
         out.update(("ctm", "trn"))
     if s.endswith(")") or f[-1].startswith("("):
         out.add("trn")
+        if an4.AN4_ID.match(s[s.rfind("(") + 1 : -1]):
+            out.add("an4")
     if f[0] == conll.DOCSTART or (len(f) >= 2 and _LOOSE_TAG.match(f[-1])):
         out.add("conll")
     if s.count("|") >= 4:
@@ -420,7 +422,8 @@ def likely_formats(path: PathLike, head: Sequence[str] | None = None) -> list[st
 
     The evidence: a matching extension (``.jsonl``, ``.ctm``, ``.conll``, ``.trn``...) counts 2, a first
     non-blank line of the format's shape 2, and the share of the first 50 non-blank lines of its shape 1
-    (JSON objects count for the JSON Lines format their keys name). Kaldi text, which any line fits,
+    (JSON objects count for the JSON Lines format their keys name; lines naming existing files count for an
+    SRILM list file). Kaldi text, which any line fits,
     counts 0.5 (2 more for a file named ``text``). Used to give the likeliest reader's error when detection fails.
 
     >>> import tempfile, pathlib
@@ -445,6 +448,9 @@ def likely_formats(path: PathLike, head: Sequence[str] | None = None) -> list[st
                 score[fmt] = score.get(fmt, 0.0) + (2.0 if k == 0 else 0.0) + 1.0 / len(head)
         if not head[0].lstrip().startswith(("{", "[")):
             score["kaldi-text"] = score.get("kaldi-text", 0.0) + 0.5
+        listed = [is_file(p.parent / x.strip()) or is_file(x.strip()) for x in head]
+        if any(listed):  # an SRILM list file names N-best files
+            score["srilm"] = score.get("srilm", 0.0) + (2.0 if listed[0] else 0.0) + sum(listed) / len(head)
     if "transcript-jsonl" in score and base.endswith(".jsonl") and "nbest-jsonl" in score and \
             score["transcript-jsonl"] > 2.0:
         score["nbest-jsonl"] -= 2.0  # the extension speaks for whichever JSON Lines kind the keys name
