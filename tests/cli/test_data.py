@@ -47,7 +47,7 @@ def test_inspect_table_and_folder(synth_dir, capsys):
 def test_inspect_missing_and_malformed(tmp_path, capsys):
     assert main(["data", "inspect", str(tmp_path / "nope.jsonl")]) == 2
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"utt_id": "a", "hyps": []}\n{"utt_id": "b", "hyps": [{"words": 3}]}\n')
+    bad.write_text('{"utt_id": "a", "hyps": [{"words": "x"}]}\n{"utt_id": "b", "hyps": [{"words": 3}]}\n')
     assert main(["data", "inspect", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:2" in err

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from privasr.corpus.records import Transcript
+from privasr.corpus.records import NBest, Transcript
 from privasr.errors import InputError
 from privasr.results import write_results
 
@@ -19,30 +19,28 @@ app = typer.Typer(help="Score recognition output: WER, and compare two systems (
                   no_args_is_help=True)
 out_console = Console()
 
-_FORMATS = ("auto", "trn", "kaldi", "nbest")
-_FORMAT_HELP = ("Transcript format of every input: 'trn' (NIST, 'words (id)' per line), 'kaldi' (Kaldi text, "
-                "'id words...' per line), 'nbest' (N-best lists in any supported N-best format, e.g. canonical JSON "
-                "Lines: the 1-best of each list, or its 'ref' when the file is the reference) or 'auto' (nbest if "
-                "the first line is a JSON object, trn if the first lines end with '(id)', else Kaldi text).")
+_ALIASES = {"kaldi": "kaldi-text"}
+_FORMAT_HELP = ("Format of every input: 'auto' (detected from the content like 'privasr data inspect': JSON Lines "
+                "N-best lists or transcripts, CTM, trn, Kaldi text, SRILM, HyPoradise...; a file that fits none "
+                "better is read as Kaldi text), 'trn', 'kaldi' (Kaldi text, 'id words...' per line), 'nbest' (N-best "
+                "lists in any supported N-best format: the 1-best of each list, or its 'ref' when the file is the "
+                "reference), or any format name of docs/formats.md (e.g. ctm, transcript-jsonl).")
 
 
 def detect_format(path: Path) -> str:
-    """``"trn"`` when the first non-blank lines of ``path`` all end with ``(id)``, else ``"kaldi"``."""
-    from privasr.corpus.formats.trn import looks_like_trn
-    from privasr.corpus.textio import iter_lines
+    """The format ``privasr score`` reads ``path`` in with ``--format auto`` (a name of :data:`FORMATS`).
 
-    seen = 0
-    for _, line in iter_lines(path):
-        if not line.strip() or line.lstrip().startswith(";;"):
-            continue
-        if not seen and line.lstrip().startswith("{"):
-            return "nbest"
-        if not looks_like_trn(line):
-            return "kaldi"
-        seen += 1
-        if seen >= 20:
-            break
-    return "trn" if seen else "kaldi"
+    Detection is :func:`privasr.corpus.load.detect_format`'s, with Kaldi text for files no format fits better.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "hyp"
+    >>> _ = p.write_text("hello world (spk1-u1)\\n")
+    >>> detect_format(p)
+    'trn'
+    """
+    from privasr.corpus.load import detect_format as detect
+
+    return detect(path, fallback="kaldi-text") or "kaldi-text"
 
 
 _NORM_HELP = ("Normaliser applied to references and hypotheses before scoring: a preset (none, asr, wer, ami) "
@@ -62,30 +60,41 @@ def normalized(transcripts: list[Transcript], spec: str) -> list[Transcript]:
 
 
 def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> list[Transcript]:
-    """Read a trn, Kaldi text or N-best file (``fmt``: auto, trn, kaldi or nbest).
+    """Read the transcripts of a file in any supported format (``fmt``: auto, trn, kaldi, nbest or a format name).
 
-    From N-best lists, ``role="hyp"`` takes each list's 1-best (``hyps[0]``; empty when the list is) and
-    ``role="ref"`` its reference (every list must have one).
+    From N-best lists, ``role="hyp"`` takes each list's 1-best (``hyps[0]``) and ``role="ref"`` its reference
+    (every list must have one). A file that holds no utterances is an :class:`InputError`.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "h.jsonl"
+    >>> _ = p.write_text('{"utt_id": "u1", "ref": "a b", "hyps": [{"words": "a c"}, {"words": "a b"}]}\\n')
+    >>> [(t.utt_id, t.words) for t in read_transcripts(p)], [t.words for t in read_transcripts(p, role="ref")]
+    ([('u1', ('a', 'c'))], [('a', 'b')])
     """
-    from privasr.corpus.formats.kaldi_text import read_kaldi_text
-    from privasr.corpus.formats.trn import read_trn
+    from privasr.corpus.load import FORMATS, load_nbest, load_path, no_utterances
 
-    if fmt not in _FORMATS:
-        raise InputError(f"unknown format {fmt!r}", expected="auto, trn, kaldi or nbest")
-    if fmt == "auto":
-        fmt = detect_format(path)
+    fmt = _ALIASES.get(fmt, fmt)
+    if fmt not in ("auto", "nbest") and fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}", expected=f"auto, trn, kaldi, nbest or one of {', '.join(FORMATS)}")
     if fmt == "nbest":
-        from privasr.corpus.load import load_nbest
-
-        nbs = load_nbest(path)
-        if role == "ref":
-            missing = [nb.utt_id for nb in nbs if nb.ref is None]
-            if missing:
-                raise InputError(f"{len(missing)} N-best lists have no reference (e.g. {', '.join(missing[:3])})",
-                                 path=path, expected="a 'ref' in every list of the reference file")
-            return [Transcript(nb.utt_id, tuple(nb.ref or ())) for nb in nbs]
-        return [Transcript(nb.utt_id, nb.best.words) for nb in nbs]
-    return read_trn(path) if fmt == "trn" else read_kaldi_text(path)
+        records: list[Any] = load_nbest(path)
+    else:
+        sets = load_path(path, None if fmt == "auto" else fmt, fallback="kaldi-text")
+        if len(sets) != 1:
+            raise InputError(f"holds {len(sets)} sets ({', '.join(d.name for d in sets[:4])})", path=path,
+                             expected="one file or folder of transcripts or N-best lists")
+        records = list(sets[0].records)
+    if not records:
+        raise no_utterances(path)
+    if not isinstance(records[0], NBest):
+        return records
+    if role == "ref":
+        missing = [nb.utt_id for nb in records if nb.ref is None]
+        if missing:
+            raise InputError(f"{len(missing)} N-best lists have no reference (e.g. {', '.join(missing[:3])})",
+                             path=path, expected="a 'ref' in every list of the reference file")
+        return [Transcript(nb.utt_id, tuple(nb.ref or ())) for nb in records]
+    return [Transcript(nb.utt_id, nb.best.words) for nb in records]
 
 
 def match_ids(ref: list[Transcript], hyp: list[Transcript], ref_path: Path, hyp_path: Path) -> list[Transcript]:

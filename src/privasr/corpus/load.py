@@ -48,7 +48,7 @@ from privasr.corpus.textio import PathLike, iter_lines
 from privasr.errors import InputError
 
 __all__ = ["Dataset", "FormatSpec", "FORMATS", "FORMAT_KINDS", "load_path", "load_nbest", "detect_format",
-           "write_dataset", "read_text_lines"]
+           "likely_formats", "no_utterances", "write_dataset", "read_text_lines"]
 
 
 @dataclass(frozen=True)
@@ -197,16 +197,23 @@ _SLF = re.compile(r"^(VERSION|UTTERANCE|N)=\S")
 
 
 def _head(path: Path, n: int = 50) -> list[str]:
-    out = []
+    """The first ``n`` non-blank lines (``[]`` when the file cannot be read: folder scans skip such files)."""
+    lines, err = _head_and_error(path, n)
+    return [] if err is not None else lines
+
+
+def _head_and_error(path: Path, n: int = 50) -> tuple[list[str], InputError | None]:
+    """The first ``n`` non-blank lines that could be read, and the read error that stopped them (if any)."""
+    out: list[str] = []
     try:
         for _, line in iter_lines(path):
             if line.strip():
                 out.append(line)
                 if len(out) >= n:
                     break
-    except InputError:
-        return []
-    return out
+    except InputError as e:
+        return out, e
+    return out, None
 
 
 def _json_kind(obj: Any) -> str | None:
@@ -263,35 +270,50 @@ def _tar_kind(p: Path) -> str | None:
     return None
 
 
-def detect_format(path: PathLike, *, strict: bool = True) -> str | None:
+def detect_format(path: PathLike, *, strict: bool = True, fallback: str | None = None) -> str | None:
     """The format name of a file, from its content (``None`` when unknown and ``strict`` is false).
 
     With ``strict`` (the default, for a file given by the user) the loose formats are also tried: an
     SRILM list file, and Kaldi ``text`` (lines ``utt_id words...`` whose ids contain a digit, ``-`` or
-    ``_``); in folder scans only files named ``text`` are taken as Kaldi text.
+    ``_``, unique among the first lines, and no other format likelier); in folder scans only files named
+    ``text`` are taken as Kaldi text.
+
+    When a strict detection recognises nothing, the error is the reader's own error (file, line and
+    expectation) for the likeliest format (:func:`likely_formats`: extension and the shape of the first
+    lines), followed by the list of formats tried; an empty file "holds no utterances". ``fallback`` (e.g.
+    ``"kaldi-text"``) is returned instead when no format is likelier than it.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.conll"
     >>> _ = p.write_text("Bob I-PER\\nran O\\n")
     >>> detect_format(p)
     'conll'
+    >>> _ = p.write_text("Bob I-PER\\nran\\n")
+    >>> detect_format(p)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: ...x.conll:2: line has 1 field (expected token [columns...] TAG; read as conll, the likeliest format: auto-detection recognised none of nbest-jsonl, ...)
     """
     p = Path(path)
     low = p.name.lower()
     if is_tar(p):
         kind = _tar_kind(p)
+        if kind is None and strict:
+            _explain_tar(p)
     elif strip_compression(low).endswith(".json"):
         head = _head(p, 1)
         kind = "hyporadise" if head and head[0].lstrip().startswith("[") else None
     else:
         kind = _detect_text(p, strict)
     if kind is None and strict:
-        raise InputError("unrecognised content", path=p, expected=f"one of the formats {', '.join(_TRIED)}")
+        kind = _explain(p, fallback)
     return kind
 
 
 def _detect_text(p: Path, strict: bool) -> str | None:
-    head = _head(p)
+    head, err = _head_and_error(p)
+    if err is not None and not strict:
+        return None  # unreadable files are skipped in folder scans
     if not head:
         return None
     first = head[0].strip()
@@ -312,8 +334,9 @@ def _detect_text(p: Path, strict: bool) -> str | None:
         return "ctm"
     if _is_conll(head):
         return "conll"
-    if all(x.rstrip().endswith(")") for x in head):
-        ids = [x.rstrip()[x.rstrip().rfind("(") + 1 : -1] for x in head]
+    rows = [x for x in head if not x.lstrip().startswith(";;")]
+    if rows and all(x.rstrip().endswith(")") for x in rows):
+        ids = [x.rstrip()[x.rstrip().rfind("(") + 1 : -1] for x in rows]
         if all(an4.AN4_ID.match(i) for i in ids) or p.name.endswith(".transcription"):
             return "an4"
         if "trn" in FORMATS:
@@ -326,10 +349,177 @@ def _detect_text(p: Path, strict: bool) -> str | None:
             pass
     if strict and all(is_file(p.parent / r.strip()) or is_file(r.strip()) for r in head):
         return "srilm"  # a list of N-best files
-    if "kaldi-text" in FORMATS and (p.name == "text" or (strict and all(
-            _KALDI_ID.search(x.split()[0]) for x in head))):
+    if "kaldi-text" in FORMATS and p.name == "text":
         return "kaldi-text"
+    if "kaldi-text" in FORMATS and strict and all(_KALDI_ID.search(x.split()[0]) for x in head):
+        ids = [x.split()[0] for x in head]
+        if len(set(ids)) == len(ids) and likely_formats(p, head)[:1] == ["kaldi-text"]:
+            return "kaldi-text"
     return None
+
+
+# ------------------------------------------------------------------------ evidence when detection fails
+
+_EXTENSIONS = ((".jsonl", "nbest-jsonl"), (".json", "hyporadise"), (".ctm", "ctm"), (".conll", "conll"),
+               (".trn", "trn"), (".nlp", "earnings21"), (".transcription", "an4"))
+_LOOSE_TAG = re.compile(r"^(O|[A-Za-z]{1,2}-\S+)$")
+_CHANNEL = re.compile(r"^[A-Za-z0-9]{1,3}$")
+_JSON_KEY = re.compile(r'"([^"\\]{1,40})"\s*:')
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_guess(line: str) -> str:
+    """The JSON Lines format a (possibly broken) JSON object line most resembles."""
+    try:
+        obj = loads_json(line)
+        keys = set(obj) if isinstance(obj, dict) else set()
+    except InputError:
+        keys = set(_JSON_KEY.findall(line))
+    if {"meeting", "position"} <= keys:
+        return "ami-tts"
+    if "hyps" in keys:
+        return "nbest-jsonl"
+    if "words" in keys:
+        return "transcript-jsonl"
+    if {"id", "meeting"} <= keys:
+        return "ami-hmnet"
+    nb, tr = len(keys & set(nbest_jsonl.NBEST_KEYS)), len(keys & set(nbest_jsonl.TRANSCRIPT_KEYS))
+    return "transcript-jsonl" if tr > nb else "nbest-jsonl"
+
+
+def _shapes(line: str) -> set[str]:
+    """The formats whose line shape ``line`` loosely has (right or wrong in the details)."""
+    s = line.strip()
+    f = s.split()
+    out: set[str] = set()
+    if s.startswith("{"):
+        out.add(_json_guess(s))
+        return out
+    if s.startswith("["):
+        return {"hyporadise"}
+    if f[0] in ("NBestList1.0", "NBestList2.0") or (f[0].startswith("(") and f[0].endswith(")")
+                                                     and _is_num(f[0][1:-1])):
+        out.add("srilm")
+    if len(f) >= 3 and _is_num(f[0]) and _is_num(f[1]) and _is_num(f[2]):
+        out.add("srilm")
+    if 4 <= len(f) <= 7 and _CHANNEL.match(f[1]) and (_is_num(f[2]) or _is_num(f[3])):
+        out.add("ctm")
+    if s.startswith(";;"):
+        out.update(("ctm", "trn"))
+    if s.endswith(")") or f[-1].startswith("("):
+        out.add("trn")
+        if an4.AN4_ID.match(s[s.rfind("(") + 1 : -1]):
+            out.add("an4")
+    if f[0] == conll.DOCSTART or (len(f) >= 2 and _LOOSE_TAG.match(f[-1])):
+        out.add("conll")
+    if s.count("|") >= 4:
+        out.add("earnings21")
+    return out
+
+
+def likely_formats(path: PathLike, head: Sequence[str] | None = None) -> list[str]:
+    """Formats a file most resembles, likeliest first, from its name and the shape of its first lines.
+
+    The evidence: a matching extension (``.jsonl``, ``.ctm``, ``.conll``, ``.trn``...) counts 2, a first
+    non-blank line of the format's shape 2, and the share of the first 50 non-blank lines of its shape 1
+    (JSON objects count for the JSON Lines format their keys name; lines naming existing files count for an
+    SRILM list file). Kaldi text, which any line fits,
+    counts 0.5 (2 more for a file named ``text``). Used to give the likeliest reader's error when detection fails.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "hyp.txt"
+    >>> _ = p.write_text("-10.5 -2.25 3 hello world\\n")
+    >>> likely_formats(p)
+    ['srilm', 'kaldi-text']
+    """
+    p = Path(path)
+    if head is None:
+        head = _head_and_error(p)[0]
+    score: dict[str, float] = {}
+    base = strip_compression(p.name.lower())
+    for ext, fmt in _EXTENSIONS:
+        if base.endswith(ext):
+            score[fmt] = score.get(fmt, 0.0) + 2.0
+    if base == "text":
+        score["kaldi-text"] = score.get("kaldi-text", 0.0) + 2.0
+    if head:
+        for k, line in enumerate(head):
+            for fmt in _shapes(line):
+                score[fmt] = score.get(fmt, 0.0) + (2.0 if k == 0 else 0.0) + 1.0 / len(head)
+        if not head[0].lstrip().startswith(("{", "[")):
+            score["kaldi-text"] = score.get("kaldi-text", 0.0) + 0.5
+        listed = [is_file(p.parent / x.strip()) or is_file(x.strip()) for x in head]
+        if any(listed):  # an SRILM list file names N-best files
+            score["srilm"] = score.get("srilm", 0.0) + (2.0 if listed[0] else 0.0) + sum(listed) / len(head)
+    if "transcript-jsonl" in score and base.endswith(".jsonl") and "nbest-jsonl" in score and \
+            score["transcript-jsonl"] > 2.0:
+        score["nbest-jsonl"] -= 2.0  # the extension speaks for whichever JSON Lines kind the keys name
+    order = list(FORMATS)
+    return sorted((f for f in score if f in FORMATS), key=lambda f: (-score[f], order.index(f)))
+
+
+def _tried() -> str:
+    return ", ".join(_TRIED)
+
+
+def _as_likeliest(e: InputError, fmt: str) -> InputError:
+    note = f"read as {fmt}, the likeliest format: auto-detection recognised none of {_tried()}"
+    msg = f"{e.message} (expected {e.expected}; {note})" if e.expected else f"{e.message} ({note})"
+    return InputError(msg, path=e.path, line=e.line)
+
+
+def _explain(p: Path, fallback: str | None) -> str:
+    """For a file no format recognised: raise the likeliest format's reader error (or return ``fallback``)."""
+    head, err = _head_and_error(p)
+    if not head and err is None:
+        raise no_utterances(p)
+    ranked = likely_formats(p, head)
+    if fallback is not None and (not ranked or ranked[0] == fallback):
+        return fallback
+    kaldi_ids = all(_KALDI_ID.search(x.split()[0]) for x in head)
+    if ranked and (ranked[0] != "kaldi-text" or err is not None or kaldi_ids):
+        fmt = ranked[0]
+        try:
+            FORMATS[fmt].reader(p)
+        except InputError as e:
+            raise _as_likeliest(e, fmt) from None
+        return fmt  # the likeliest reader accepts the whole file
+    if err is not None:
+        raise _as_likeliest(err, "text") from None
+    raise InputError("unrecognised content", path=p, expected=f"one of the formats {_tried()}")
+
+
+def _explain_tar(p: Path) -> None:
+    try:
+        for _ in iter_tar_texts(p, ("",)):
+            pass
+    except InputError as e:
+        raise InputError(f"{e.message} (expected {e.expected}; auto-detection recognised none of {_tried()})",
+                         path=e.path, line=e.line) from None
+    raise InputError("the archive holds no .ctm, .nlp or .txt files", path=p,
+                     expected=f"one of the formats {_tried()}")
+
+
+def no_utterances(path: PathLike) -> InputError:
+    """The error for a file that holds no utterances (saying so when it is empty or blank).
+
+    >>> str(no_utterances("a.txt"))
+    'a.txt: holds no utterances (expected at least one utterance)'
+    """
+    p = Path(path)
+    blank = False
+    if p.is_file():
+        head, err = _head_and_error(p, 1)
+        blank = not head and err is None
+    return InputError("holds no utterances" + (": the file is empty" if blank else ""), path=p,
+                      expected="at least one utterance")
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -354,7 +544,7 @@ def _dataset(name: str, fmt: str, path: Path) -> Dataset:
     return Dataset(name, FORMAT_KINDS[fmt], fmt, tuple(records))
 
 
-def load_path(path: PathLike, fmt: str | None = None) -> list[Dataset]:
+def load_path(path: PathLike, fmt: str | None = None, *, fallback: str | None = None) -> list[Dataset]:
     """Load a corpus file or folder into datasets, detecting the format(s) unless ``fmt`` is given.
 
     A folder is scanned recursively (hidden entries skipped): files of a per-file format (JSON Lines,
@@ -364,6 +554,10 @@ def load_path(path: PathLike, fmt: str | None = None) -> list[Dataset]:
     whose utterance ids are the clients of an Earnings-21 reference set found in the same load get that
     set's call tokens as ``references``. A dataset whose utterance ids equal the union of its siblings'
     (AN4's ``combined`` file) is left out.
+
+    A file (not a folder) that holds no utterances is an error, with or without ``fmt``. When a file's
+    format is not recognised the error is the likeliest format's own (see :func:`detect_format`, which
+    also explains ``fallback``).
 
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -383,13 +577,20 @@ def load_path(path: PathLike, fmt: str | None = None) -> list[Dataset]:
                 raise InputError("not canonical JSON Lines", path=p, expected="nbest-jsonl or transcript-jsonl")
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}", expected=f"one of {', '.join(sorted(FORMATS))}")
-        return [_dataset(_name(p, p), fmt, p)]
+        return [_nonempty(_dataset(_name(p, p), fmt, p), p)]
     if p.is_file():
-        return _pair([_dataset(_name(p, p), detect_format(p), p)])  # type: ignore[arg-type]
+        kind = detect_format(p, fallback=fallback)
+        return _pair([_nonempty(_dataset(_name(p, p), kind, p), p)])  # type: ignore[arg-type]
     out = _scan(p, p, depth=0)
     if not out:
         raise InputError("no corpus files found", path=p, expected=f"one of the formats {', '.join(_TRIED)}")
     return _pair(_drop_unions(out))
+
+
+def _nonempty(d: Dataset, p: Path) -> Dataset:
+    if not d.records and p.is_file():
+        raise no_utterances(p)
+    return d
 
 
 def load_nbest(path: PathLike, fmt: str | None = None) -> list[NBest]:

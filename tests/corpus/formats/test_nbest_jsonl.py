@@ -25,7 +25,7 @@ def test_read_fixture(test_data: Path) -> None:
     assert a.hyps[0].confidences == (0.9, 0.75) and a.hyps[0].times == ((0.0, 0.4), (0.4, 0.95))
     assert a.hyps[1].scores["lm"] == -math.inf and a.hyps[1].meta["src"] == "nbest"
     assert a.meta["role"] == "PM"
-    assert recs[1].ref == () and len(recs[1]) == 0
+    assert recs[1].ref == () and len(recs[1]) == 1 and recs[1].best.words == ()
     assert recs[2].order == "0003" and recs[2].best.words == () and recs[2].ref is None
 
 
@@ -61,16 +61,17 @@ def test_transcripts_round_trip(tmp_path: Path, test_data: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "needle"),
     [
-        ('{"utt_id": "a", "hyps": []}\n{"utt_id": "b", "hyps": [], "extra": 1}\n', 2, "unknown key 'extra'"),
-        ('{"utt_id": "a", "hyps": []}\n\n{"utt_id": "a", "hyps": []}\n', 3, "duplicate utterance id"),
+        ('{"utt_id": "a", "hyps": [{"words": "x"}]}\n{"utt_id": "b", "hyps": [{"words": "x"}], "extra": 1}\n', 2, "unknown key 'extra'"),
+        ('{"utt_id": "a", "hyps": [{"words": "x"}]}\n\n{"utt_id": "a", "hyps": [{"words": "x"}]}\n', 3, "duplicate utterance id"),
         ('{"utt_id": "a", "hyps": [{"words": "x", "scores": {"am": NaN}}]}\n', 1, "NaN"),
         ('{"utt_id": "a", "hyps": [{"words": "x", "scores": {"am": "-Inf"}}]}\n', 1, "score 'am'"),
         ('{"utt_id": "a", "hyps": [{"words": "x", "scores": {"am": 1e999}}]}\n', 1, "out of range"),
         ('{"utt_id": "a", "hyps": [{"words": "x", "confidences": [2.0]}]}\n', 1, "outside [0, 1]"),
         ('{"utt_id": "a", "hyps": [{"words": "x y", "times": [[0, 1]]}]}\n', 1, "word times"),
         ('{"utt_id": "a", "hyps": {"words": "x"}}\n', 1, "'hyps' is dict"),
-        ('{"utt_id": 5, "hyps": []}\n', 1, "utterance id"),
-        ('{"utt_id": "a", "hyps": [], "order": true}\n', 1, "order"),
+        ('{"utt_id": "a", "hyps": [{"words": "x"}]}\n{"utt_id": "b", "hyps": []}\n', 2, "'hyps' is empty"),
+        ('{"utt_id": 5, "hyps": [{"words": "x"}]}\n', 1, "utterance id"),
+        ('{"utt_id": "a", "hyps": [{"words": "x"}], "order": true}\n', 1, "order"),
         ('{"utt_id": "a", "hyps": []', 1, "invalid JSON"),
         ('["utt_id"]\n', 1, "not an object"),
         ('{"utt_id": "a", "utt_id": "b", "hyps": []}\n', 1, "duplicate key"),
@@ -99,11 +100,18 @@ def test_malformed_transcripts(tmp_path: Path) -> None:
 
 def test_invalid_utf8_and_corrupt_gzip(tmp_path: Path) -> None:
     p = tmp_path / "u.jsonl"
-    p.write_bytes(b'{"utt_id": "a", "hyps": []}\n{"utt_id": "\xff", "hyps": []}\n')
+    p.write_bytes(b'{"utt_id": "a", "hyps": [{"words": "x"}]}\n{"utt_id": "\xff", "hyps": [{"words": "x"}]}\n')
     expect_error(read_nbest, p, 2, "UTF-8")
     g = tmp_path / "c.jsonl.gz"
     g.write_bytes(b"\x1f\x8b\x08\x00garbage-garbage-garbage")
     expect_error(read_nbest, g, 1, "cannot read")
+
+
+def test_list_without_hypotheses_is_written_as_one_empty_hypothesis(tmp_path: Path) -> None:
+    write_nbest(tmp_path / "e.jsonl", [NBest("u", (), ref=("a",))])
+    assert (tmp_path / "e.jsonl").read_text() == '{"utt_id": "u", "ref": "a", "hyps": [{"words": ""}]}\n'
+    (back,) = read_nbest(tmp_path / "e.jsonl")
+    assert back.hyps == (Hypothesis(()),) and back.ref == ("a",)
 
 
 def test_non_finite_meta_never_reaches_the_writer(tmp_path: Path) -> None:

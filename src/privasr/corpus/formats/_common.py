@@ -118,10 +118,32 @@ def loads_json(text: str) -> Any:
         raise InputError(f"invalid JSON: {e}", expected="valid JSON") from None
 
 
-def json_line_of(err: InputError) -> int | None:
-    """The JSON line number a :func:`loads_json` error mentions, if any (for whole-file JSON)."""
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s"\[\]{},:]+')
+
+
+def json_line_of(err: InputError, text: str | None = None) -> int | None:
+    """The JSON line number a :func:`loads_json` error mentions, if any (for whole-file JSON).
+
+    A non-finite or out-of-range number names no line; given the parsed ``text``, its first occurrence
+    outside a string gives it.
+
+    >>> text = '[{"a": "NaN"},\\n {"a": NaN}]'
+    >>> try:
+    ...     loads_json(text)
+    ... except InputError as e:
+    ...     print(json_line_of(e), json_line_of(e, text))
+    None 2
+    """
     m = re.search(r"\(line (\d+), column \d+\)", err.message)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    m = re.match(r"(?:invalid JSON number|number) (\S+)", err.message)
+    if m is None or text is None:
+        return None
+    for t in _JSON_TOKENS.finditer(text):
+        if t.group() == m.group(1):
+            return text.count("\n", 0, t.start()) + 1
+    return None
 
 
 def to_float(x: Any, what: str, *, allow_neg_inf: bool = False) -> float:

@@ -153,10 +153,11 @@ def read_hyporadise(path: PathLike, ids: PathLike | Sequence[str] | None = None)
     'hp-00000'
     """
     p = Path(path)
+    text = read_text(p)
     try:
-        data = loads_json(read_text(p))
+        data = loads_json(text)
     except InputError as e:
-        raise e.at(p, json_line_of(e)) from None
+        raise e.at(p, json_line_of(e, text)) from None
     if not isinstance(data, list):
         raise InputError(f"the file holds a JSON {type(data).__name__}", path=p, expected="a JSON list of items")
     id_path: PathLike | None = None

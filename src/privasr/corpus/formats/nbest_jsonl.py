@@ -12,7 +12,8 @@ Transcript line::
     {"utt_id": "s1", "words": "call bob smith", "confidences": [...], "times": [[s, e], ...],
      "client": "c1", "speaker": "c1_0", "order": 3, "entities": [[1, 3, "PER"]], "meta": {...}}
 
-Words are space-separated tokens; scores are natural-log, larger is better; ``-inf`` scores are written as
+``hyps`` is never empty: a list with nothing recognised holds one empty hypothesis ``{"words": ""}`` (the
+writer writes an :class:`NBest` without hypotheses that way, so it reads back with one). Words are space-separated tokens; scores are natural-log, larger is better; ``-inf`` scores are written as
 the string ``"-inf"`` (strict JSON has no infinities) and read back from ``"-inf"`` or ``-Infinity``.
 Floats are written with ``repr`` precision so round trips are exact. Unknown keys, duplicate keys,
 duplicate utterance ids, NaN/Infinity and wrong types are :class:`~privasr.errors.InputError` located at
@@ -124,6 +125,9 @@ def nbest_from_json(obj: Any) -> NBest:
     hyps = obj["hyps"]
     if not isinstance(hyps, list):
         raise InputError(f"'hyps' is {type(hyps).__name__}", expected="a list of hypothesis objects")
+    if not hyps:
+        raise InputError("'hyps' is empty", expected='at least one hypothesis ({"words": ""} when nothing '
+                         "was recognised)")
     ref = obj.get("ref")
     return NBest(
         obj["utt_id"],
@@ -174,9 +178,14 @@ def iter_nbest(path: PathLike) -> Iterator[NBest]:
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.jsonl"
-    >>> _ = p.write_text('{"utt_id": "a", "hyps": []}\\n\\n{"utt_id": "b", "hyps": [{"words": ""}]}\\n')
+    >>> _ = p.write_text('{"utt_id": "a", "hyps": [{"words": "hi"}]}\\n\\n{"utt_id": "b", "hyps": [{"words": ""}]}\\n')
     >>> [(r.utt_id, len(r)) for r in iter_nbest(p)]
-    [('a', 0), ('b', 1)]
+    [('a', 1), ('b', 1)]
+    >>> _ = p.write_text('{"utt_id": "a", "hyps": []}\\n')
+    >>> list(iter_nbest(p))
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: ...x.jsonl:1: 'hyps' is empty (expected at least one hypothesis ({"words": ""} when nothing was recognised))
     """
     return iter_json_records(path, nbest_from_json)
 
@@ -261,7 +270,7 @@ def nbest_to_json(r: NBest) -> dict[str, Any]:
     _put_common(d, r)
     if r.ref is not None:
         d["ref"] = " ".join(r.ref)
-    d["hyps"] = [_hyp_to_json(h) for h in r.hyps]
+    d["hyps"] = [_hyp_to_json(h) for h in r.hyps] or [{"words": ""}]  # nothing recognised: one empty hypothesis
     if r.meta:
         d["meta"] = thaw_json(r.meta)
     return d

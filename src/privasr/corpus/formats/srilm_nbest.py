@@ -151,14 +151,32 @@ def _utt_id(p: Path) -> str:
     return u
 
 
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
 def srilm_nbest_format(path: PathLike) -> int | None:
     """1, 2 or 3 for an SRILM N-best file, ``None`` if its first non-blank line fits none (e.g. a list file).
+
+    A first line of format 3's shape (three numbers, then words) counts as format 3 even when its details
+    are wrong (a ``nan`` score, a word count that does not match), so that reading it reports the fault.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "x"
     >>> _ = p.write_text("-1.5 -2 1 a\\n")
     >>> srilm_nbest_format(p)
     3
+    >>> _ = p.write_text("-1.5 nan 3 a\\n")
+    >>> srilm_nbest_format(p)
+    3
+    >>> read_srilm_nbest(p)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: ...x:1: LM score is nan (expected a finite number or -inf)
     """
     for _, line in iter_lines(path):
         f = line.split()
@@ -166,11 +184,9 @@ def srilm_nbest_format(path: PathLike) -> int | None:
             continue
         if f[0] in _MAGIC:
             return _MAGIC[f[0]]
-        try:
-            _parse3(f)
+        if len(f) >= 3 and _numeric(f[0]) and _numeric(f[1]) and _numeric(f[2]):
             return 3
-        except InputError:
-            return None
+        return None
     return 3
 
 
