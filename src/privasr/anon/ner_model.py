@@ -396,7 +396,8 @@ def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path |
     d = Path(data_dir) if data_dir is not None else default_data_dir()
     if d is None:
         raise ConfigError("the fine-tuned NER needs the evaluation data to train on, and no data folder was found",
-                          expected="$PRIVASR_DATA or ../shared/data with ner-wikigold and earnings21")
+                          expected="$PRIVASR_DATA or ../shared/data with ner-wikigold and earnings21, a trained model "
+                                   "folder, or the weaker stock detector (`--detector stock`)")
     root = Path(cache_root) if cache_root is not None else user_cache_dir()
     folder, _, _ = cached_model(load_ner_data(d, seed), d, NerTrainConfig(seed=seed), root, seed, log)
     return folder
