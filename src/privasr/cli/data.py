@@ -31,6 +31,8 @@ def inspect(
         "preset (none, asr, wer, ami) with optional overrides, e.g. 'wer,fillers=keep'."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    results: Path | None = typer.Option(None, "--results", help="Also write the figures as results.json to this "
+                                        "file (config, version, the input's fingerprint, metrics)."),
 ) -> None:
     """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist.
 
@@ -39,8 +41,11 @@ def inspect(
     """
     from privasr.corpus.load import load_path
     from privasr.metrics.summary import combine_stats, dataset_stats
+    from privasr.outputs import check_output_file
     from privasr.text.normalize import Normalizer
 
+    if results is not None:
+        check_output_file(results)
     norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
     datasets = load_path(path, fmt)
     parts = [dataset_stats(d, norm) for d in datasets]
@@ -48,6 +53,11 @@ def inspect(
     summary: dict[str, Any] = {"path": str(path), **combine_stats(primary), "datasets": parts}
     if len(parts) == 1:
         summary.update({k: v for k, v in parts[0].items() if k not in ("name",)})
+    if results is not None:
+        from privasr.results import write_results
+
+        write_results(results.parent, filename=results.name, seed=None, metrics=summary, data={"input": path},
+                      config={"command": "data inspect", "path": str(path), "format": fmt, "normalize": normalize})
     if as_json:
         typer.echo(json.dumps(summary, sort_keys=False))
         return
@@ -98,9 +108,15 @@ def convert(
 ) -> None:
     """Convert a corpus into the canonical JSON Lines format (or another format with a writer)."""
     from privasr.corpus.load import load_path, write_dataset
+    from privasr.outputs import check_output_file
 
+    if not dst.is_dir():
+        check_output_file(dst)
     datasets = load_path(src, fmt)
-    for d, target in output_targets(datasets, src, dst, to, force):
+    targets = output_targets(datasets, src, dst, to, force)
+    for _, target in targets:
+        check_output_file(target)
+    for d, target in targets:
         n = write_dataset(d, target, to)
         out_console.print(f"wrote {n:,} {d.kind} records of {d.name} to {target}")
 

@@ -18,9 +18,10 @@ def demo(
     table and what each method did).
     """
     from privasr.experiments.demo import run_demo
+    from privasr.outputs import output_dir
 
     console = Console()
-    with console.status("running the demo"):
+    with output_dir(out), console.status("running the demo"):
         metrics = run_demo(out, seed=seed, preset=preset)
     console.print(Markdown((out / "report.md").read_text(encoding="utf-8")))
     console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}  "

@@ -85,7 +85,9 @@ def run(
     """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI."""
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.rescore import load_config, run_rescore
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     if config is None and nbest is None:
         raise ConfigError("give --config FILE or --nbest TEST (with --dev DEV and --lm ARPA)")
     raw: dict[str, Any] = read_config(config) if config is not None else {}
@@ -98,7 +100,7 @@ def run(
     except InputError as e:  # name the config file when the problem is in it
         raise (e.at(config) if config is not None else e) from None
     console = Console(stderr=True)
-    with console.status(f"rescoring ({cfg.name})"):
+    with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
     con = Console()
     if metrics.get("wer") is not None:
