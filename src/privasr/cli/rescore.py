@@ -16,7 +16,7 @@ from rich.console import Console
 
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["app", "run", "flags_to_overrides"]
+__all__ = ["app", "run", "flags_to_overrides", "print_warnings"]
 
 app = typer.Typer(help="Rescore N-best lists with language models; tune weights on dev, report test WER.",
                   no_args_is_help=True)
@@ -57,6 +57,15 @@ def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], pri
     if method is not None:
         out["search.method"] = method
     return out
+
+
+def print_warnings(metrics: dict[str, Any]) -> None:
+    """Each of a run's ``warnings`` (dev/test overlap, a tiny test set) as one ``warning:`` line on stderr."""
+    from rich.text import Text
+
+    con = Console(stderr=True, soft_wrap=True)
+    for w in metrics.get("warnings") or ():
+        con.print(Text.assemble(("warning: ", "bold yellow"), str(w)), highlight=False)
 
 
 def _command_line() -> list[str] | None:
@@ -102,6 +111,7 @@ def run(
     console = Console(stderr=True)
     with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
+    print_warnings(metrics)
     con = Console()
     if metrics.get("wer") is not None:
         base = "baseline" if "baseline" in metrics else "first pass"
