@@ -125,7 +125,8 @@ def convert(
 def synth(
     out: Path = typer.Option(..., "--out", help="Output folder."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the same seed gives byte-identical files)."),
-    preset: str = typer.Option("small", "--preset", help="Size preset: small (seconds) or medium."),
+    preset: str = typer.Option("small", "--preset", help="Size preset: tiny (doctests), small (seconds) or "
+                                                         "medium (benchmarks)."),
     overrides: list[str] = typer.Option(
         [], "--set", help="Override a SynthConfig field, e.g. --set n_clients=100 (repeatable)."
     ),

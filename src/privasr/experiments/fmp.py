@@ -8,7 +8,7 @@
    works as the base model too (``nnlm: PATH.arpa``, ``{arpa: PATH}`` or ``{train: {text, order}}``, like a
    rescoring config's LM; its vocabulary is the ARPA file's). The background unigram ``u(w)`` is the add-one
    estimate over the LM's vocabulary from the ``background`` text (file(s) or a named source; default the LM's
-   training text, else ``generic-train``), or the unigram probabilities of an ARPA file given as
+   training text, else an ARPA base model's unigrams, else ``generic-train``), or the unigram probabilities of an ARPA file given as
    ``background``; which one is recorded in ``results.json`` (``background``, with the files' fingerprints
    under ``data``).
 2. **The baseline** is generic-NNLM rescoring: ``am + w_lm * first-pass LM + w_nnlm * ln P_nnlm + wp * n`` with
@@ -49,7 +49,8 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
     background: null                  # u(w)'s source: a text file, a list of text files, a named text source
                                       # (privasr.corpus.sources: generic-train, gutenberg, ...) or one ARPA
                                       # file (its unigram probabilities; not with order 2 or tables.bigram);
-                                      # default: the LM's training text, else generic-train
+                                      # default: the LM's training text, else an ARPA base model's
+                                      # unigrams (without bigrams), else generic-train
     combine: {prior: am, first_pass_lm: true}   # prior: am | rank | uniform
     search:                           # the baseline's weights, coordinate descent on dev
       ranges: {}                      # PARAM: [min, max, step] (privasr.rescore.search.default_ranges)
@@ -497,7 +498,7 @@ def is_arpa(path: str | Path) -> bool:
 
 def background_text(cfg: FmpRunConfig) -> tuple[str, ...]:
     """The sources of ``u(w)`` and the background bigram: ``background``, else the LM's training text (neural
-    or n-gram), else ``generic-train``."""
+    or n-gram), else an ARPA base model itself (its unigrams), else ``generic-train``."""
     if cfg.background:
         return cfg.background
     assert cfg.nnlm is not None
@@ -505,6 +506,8 @@ def background_text(cfg: FmpRunConfig) -> tuple[str, ...]:
         return (cfg.nnlm.neural.train.text,)
     if cfg.nnlm.train is not None:
         return (cfg.nnlm.train.text,)
+    if cfg.nnlm.arpa is not None and cfg.fmp.order == 1 and cfg.tables.bigram is None:
+        return (str(cfg.nnlm.arpa),)
     return ("generic-train",)
 
 
