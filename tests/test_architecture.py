@@ -28,7 +28,7 @@ CLI = ("privasr.cli", "privasr.__main__")
 # the library's levels, as drawn in docs/architecture.md ("Layers: what may import what")
 LEVELS = {
     "privasr.errors": 0, "privasr.paths": 0,
-    "privasr.text": 1, "privasr.privacy": 1, "privasr.config": 1, "privasr.results": 1,
+    "privasr.text": 1, "privasr.privacy": 1, "privasr.config": 1, "privasr.results": 1, "privasr.outputs": 1,
     "privasr.corpus": 2,
     "privasr.metrics": 3,
     "privasr.anon": 4, "privasr.synth": 4,
