@@ -176,3 +176,32 @@ def test_an_unwritable_folder_as_the_os_reports_it(name, inputs, tmp_path, capsy
     assert main(cmd) == 2
     _one_error_line(capsys, "not writable", str(ro))
     assert _snapshot(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------------------------- results.json
+
+
+@pytest.mark.parametrize(("cmd", "metric"), [
+    (["lm", "train-ngram", "--text", "{text}", "--order", "2", "--arpa", "{tmp}/x.arpa", "--discount-fallback",
+      "--json", "{out}"], "tokens"),
+    (["data", "inspect", "{dev}", "--results", "{out}"], "utterances"),
+    (["privacy", "epsilon", "-z", "1.1", "-T", "10", "--results", "{out}"], "epsilon"),
+    (["score", "wer", "{ref}", "{hyp}", "--json", "{out}"], "wer"),
+])
+def test_numeric_commands_write_results_json(cmd, metric, inputs, tmp_path):
+    import json
+
+    out = tmp_path / "new" / "results.json"
+    fill = {"{text}": str(inputs["text.txt"]), "{dev}": str(inputs["dev.jsonl"]), "{ref}": str(inputs["ref.txt"]),
+            "{hyp}": str(inputs["hyp.txt"]), "{out}": str(out)}
+    args = [fill.get(a, a.replace("{tmp}", str(tmp_path))) for a in cmd]
+    assert main(args) == 0
+    res = json.loads(out.read_text())
+    assert {"config", "version", "data", "metrics"} <= set(res)
+    assert res["config"]["command"] == " ".join(cmd[:2]) and res["metrics"][metric] is not None
+
+
+def test_kneser_ney_error_names_the_commands_option(inputs, tmp_path, capsys):
+    assert main(["lm", "train-ngram", "--text", str(inputs["ref.txt"]), "--arpa", str(tmp_path / "x.arpa")]) == 2
+    _one_error_line(capsys, "--discount-fallback")
+    assert not (tmp_path / "x.arpa").exists()
