@@ -29,6 +29,7 @@ CLI = ("privasr.cli", "privasr.__main__")
 LEVELS = {
     "privasr.errors": 0, "privasr.paths": 0, "privasr.progress": 0,
     "privasr.text": 1, "privasr.privacy": 1, "privasr.config": 1, "privasr.results": 1, "privasr.plots": 1,
+    "privasr.outputs": 1,
     "privasr.corpus": 2,
     "privasr.metrics": 3,
     "privasr.anon": 4, "privasr.synth": 4,

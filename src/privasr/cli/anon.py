@@ -20,7 +20,8 @@ from privasr.errors import ConfigError
 
 __all__ = ["app", "eval_ner", "train_ner_cmd"]
 
-app = typer.Typer(help="Named-entity detection for anonymisation (paper 003): evaluate and fine-tune.",
+app = typer.Typer(help="Anonymisation (paper 003): evaluate and fine-tune the named-entity detection, and train "
+                       "language models on anonymised transcripts (run).",
                   no_args_is_help=True)
 
 

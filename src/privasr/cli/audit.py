@@ -27,13 +27,15 @@ def audit(
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.audit import load_audit_config, run_audit
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:
         cfg = load_audit_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with Console(stderr=True).status(f"audit ({cfg.name})"):
+    with output_dir(out), Console(stderr=True).status(f"audit ({cfg.name})"):
         m = run_audit(cfg, out, argv=_command_line())
     con = Console()
     con.print(", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)))

@@ -75,6 +75,8 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     ref: Path = typer.Option(None, "--ref", help=_REF_HELP),
     nbest: int = typer.Option(None, "--nbest", help=_NBEST_HELP + " Default 10."),
+    results: Path | None = typer.Option(None, "--results", help="Also write the figures as results.json to this "
+                                        "file (config, version, the input's fingerprint, metrics)."),
 ) -> None:
     """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist.
 
@@ -83,8 +85,11 @@ def inspect(
     `privasr data synth` or `privasr demo` is read as what it is (its N-best lists and transcripts).
     """
     from privasr.metrics.summary import combine_stats, dataset_stats
+    from privasr.outputs import check_output_file
     from privasr.text.normalize import Normalizer
 
+    if results is not None:
+        check_output_file(results)
     norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
     datasets, folder = load_inputs(path, fmt, ref, nbest)
     parts = [dataset_stats(d, norm) for d in datasets]
@@ -94,6 +99,13 @@ def inspect(
         summary["privasr_folder"] = folder
     if len(parts) == 1:
         summary.update({k: v for k, v in parts[0].items() if k not in ("name",)})
+    if results is not None:
+        from privasr.results import write_results
+
+        write_results(results.parent, filename=results.name, seed=None, metrics=summary,
+                      data={"input": path, **({"ref": ref} if ref is not None else {})},
+                      config={"command": "data inspect", "path": str(path), "format": fmt, "normalize": normalize,
+                              "ref": None if ref is None else str(ref), "nbest": nbest})
     if as_json:
         typer.echo(json.dumps(summary, sort_keys=False))
         return
@@ -152,9 +164,15 @@ def convert(
     """Convert a corpus into the canonical JSON Lines format (or another format with a writer)."""
     from privasr.corpus.load import FORMAT_KINDS, Dataset, write_dataset
     from privasr.corpus.references import one_best
+    from privasr.outputs import check_output_file
 
+    if not dst.is_dir():
+        check_output_file(dst)
     datasets, _ = load_inputs(src, fmt, ref, nbest)
-    for d, target in output_targets(datasets, src, dst, to, force):
+    targets = output_targets(datasets, src, dst, to, force)
+    for _, target in targets:
+        check_output_file(target)
+    for d, target in targets:
         what = f"{d.kind} records"
         if d.kind == "nbest" and FORMAT_KINDS.get(to) == "transcript":
             d = Dataset(d.name, "transcript", d.fmt, tuple(one_best(d.records)))
@@ -167,7 +185,8 @@ def convert(
 def synth(
     out: Path = typer.Option(..., "--out", help="Output folder."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the same seed gives byte-identical files)."),
-    preset: str = typer.Option("small", "--preset", help="Size preset: small (seconds) or medium."),
+    preset: str = typer.Option("small", "--preset", help="Size preset: tiny (doctests), small (seconds) or "
+                                                         "medium (benchmarks)."),
     overrides: list[str] = typer.Option(
         [], "--set", help="Override a SynthConfig field, e.g. --set n_clients=100 (repeatable)."
     ),

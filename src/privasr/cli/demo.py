@@ -19,9 +19,10 @@ def demo(
     """
     from privasr import progress
     from privasr.experiments.demo import run_demo
+    from privasr.outputs import output_dir
 
     console = Console()
-    with progress.task("running the demo", transient=True):  # the stages' own bars (rounds, clients) nest in it
+    with output_dir(out), progress.task("running the demo", transient=True):  # the stages' bars nest in it
         metrics = run_demo(out, seed=seed, preset=preset)
     console.print(Markdown((out / "report.md").read_text(encoding="utf-8")))
     console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}  "

@@ -31,13 +31,15 @@ def run(
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:
         cfg = load_fedlm_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with Console(stderr=True).status(f"FedLM ({cfg.name})"):
+    with output_dir(out), Console(stderr=True).status(f"FedLM ({cfg.name})"):
         m = run_fedlm(cfg, out, argv=_command_line())
     con = Console()
     line = (f"perplexity {m['ppl']:.2f} (unadapted {m['ppl_baseline']:.2f}"

@@ -28,17 +28,20 @@ def run(
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
     """Run an FMP experiment: generic-NNLM rescoring baseline vs FMP, test WER with MAPSSWE."""
-    from privasr.cli.rescore import _command_line
+    from privasr.cli.rescore import _command_line, print_warnings
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:
         cfg = load_fmp_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with Console(stderr=True).status(f"FMP ({cfg.name})"):
+    with output_dir(out), Console(stderr=True).status(f"FMP ({cfg.name})"):
         m = run_fmp(cfg, out, argv=_command_line())
+    print_warnings(m)
     con = Console()
     con.print(f"test WER {100 * m['wer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}%, relative "
               f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}), T = {m['rounds']}, "

@@ -31,13 +31,15 @@ def run(
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.ftl import load_ftl_config, run_ftl
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:
         cfg = load_ftl_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with Console(stderr=True).status(f"FTL ({cfg.name})"):
+    with output_dir(out), Console(stderr=True).status(f"FTL ({cfg.name})"):
         m = run_ftl(cfg, out, argv=_command_line())
     Console().print(
         f"test WER {100 * m['wer']:.2f}% CER {100 * m['cer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}% / "
@@ -61,7 +63,10 @@ def compare(
     """Compare two systems over several FTL runs (seeds): each run's WERs and MAPSSWE, and the seed-averaged
     WER difference with a paired bootstrap interval over test utterances."""
     from privasr.experiments.ftl_compare import compare_runs, write_comparison
+    from privasr.outputs import check_output_dir
 
+    if out is not None:
+        check_output_dir(out)
     r = compare_runs([str(p) for p in runs], a, b, resamples=resamples, confidence=confidence, seed=seed)
     con = Console()
     for row in r["per_run"]:

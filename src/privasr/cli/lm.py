@@ -82,22 +82,33 @@ def train_ngram(
         help="Interpolate unigrams with the uniform distribution (lmplz default) or give that mass to <unk>.")] = True,
     discount_fallback: Annotated[bool, typer.Option(
         "--discount-fallback", help="Use D=0.5,1,1.5 where the closed-form discounts fail (lmplz option).")] = False,
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Also write results.json-style figures (options, version, the text's fingerprint, n-gram "
+        "counts and discounts per order, timings) to this JSON file.")] = None,
 ) -> None:
     """Train an interpolated modified Kneser-Ney n-gram model, reproducing KenLM lmplz."""
     from privasr.lm.ngram.arpa import write_arpa
-    from privasr.lm.ngram.mkn import estimate_mkn
+    from privasr.lm.ngram.mkn import DiscountError, estimate_mkn
+    from privasr.outputs import check_output_file
 
     if not 1 <= order <= 6:
         raise InputError(f"--order {order}", expected="an order from 1 to 6")
+    check_output_file(arpa)
+    if json_out is not None:
+        check_output_file(json_out)
     thresholds = parse_prune(prune)
     words = read_vocab(vocab) if vocab is not None else None
     t0 = time.perf_counter()
     sents = _read_text(text, str(text))
     t1 = time.perf_counter()
-    with err_console.status(f"estimating the {order}-gram model"):
-        res = estimate_mkn(sents, order, vocab=words, prune=thresholds,
-                           discount_fallback=(0.5, 1.0, 1.5) if discount_fallback else None,
-                           interpolate_unigrams=interpolate_unigrams)
+    try:
+        with err_console.status(f"estimating the {order}-gram model"):
+            res = estimate_mkn(sents, order, vocab=words, prune=thresholds,
+                               discount_fallback=(0.5, 1.0, 1.5) if discount_fallback else None,
+                               interpolate_unigrams=interpolate_unigrams)
+    except DiscountError as e:  # name this command's option, not the library's argument
+        raise InputError(e.message, path=text, expected="more data, or --discount-fallback (D=0.5,1,1.5 where "
+                                                        "the estimate fails, as lmplz --discount_fallback)") from None
     t2 = time.perf_counter()
     del sents
     with err_console.status(f"writing {arpa}"):
@@ -111,6 +122,19 @@ def train_ngram(
         err_console.print(f"{n} {cnt}{pruned} D1={d[0]:g} D2={d[1]:g} D3+={d[2]:g}", highlight=False)
     err_console.print(f"read {t1 - t0:.2f}s, estimate {t2 - t1:.2f}s, write {t3 - t2:.2f}s -> {arpa}",
                       highlight=False)
+    if json_out is not None:
+        from privasr.results import write_results
+
+        per_order = [{"order": n, "ngrams": cnt, "kept": res.model.num_ngrams(n), "discounts": list(d)}
+                     for n, (cnt, d) in enumerate(zip(res.ngram_counts, res.discounts, strict=True), 1)]
+        write_results(json_out.parent, filename=json_out.name, seed=None,
+                      metrics={"tokens": res.tokens, "types": len(res.model.vocab), "orders": per_order,
+                               "read_s": t1 - t0, "estimate_s": t2 - t1, "write_s": t3 - t2},
+                      config={"command": "lm train-ngram", "text": str(text), "arpa": str(arpa), "order": order,
+                              "prune": thresholds, "vocab": None if vocab is None else str(vocab),
+                              "interpolate_unigrams": interpolate_unigrams, "discount_fallback": discount_fallback},
+                      data={"text": text, "arpa": arpa, **({"vocab": vocab} if vocab is not None else {})})
+        err_console.print(f"results: {json_out}", highlight=False)
 
 
 @app.command("ppl")
@@ -128,7 +152,10 @@ def ppl(
     from privasr.lm.base import perplexity_stats
     from privasr.lm.ngram.arpa import read_arpa
     from privasr.metrics.perplexity import format_ppl
+    from privasr.outputs import check_output_file
 
+    if json_out is not None:
+        check_output_file(json_out)
     with err_console.status(f"reading {lm}"):
         model = read_arpa(lm)
     sents = _read_text(text, str(text))
@@ -204,8 +231,10 @@ def train_neural(
         set_num_threads(threads)
     from privasr.lm.neural.checkpoint import load_checkpoint
     from privasr.lm.neural.train import load_run_config, train_lm
+    from privasr.outputs import check_output_dir, output_dir
     from privasr.results import write_results
 
+    check_output_dir(out)
     init_ck = load_checkpoint(init) if init is not None else None
     last_ck = load_checkpoint(out / "last.pt") if resume else None
     base = init_ck.config if init_ck is not None else None
@@ -217,9 +246,11 @@ def train_neural(
     data: dict[str, Any] = {"train": train, "valid": valid}
     if init is not None:
         data["init"] = init
-    res = train_lm(train_sents, valid_sents, model_cfg, opts, out_dir=out, init=init_ck, freeze=freeze, seed=seed,
-                   device=device, progress=progress, resume=resume)
-    write_results(out, config={"model": res.config.to_dict(), **res.run}, seed=seed, metrics=res.metrics, data=data)
+    with output_dir(out):
+        res = train_lm(train_sents, valid_sents, model_cfg, opts, out_dir=out, init=init_ck, freeze=freeze,
+                       seed=seed, device=device, progress=progress, resume=resume)
+        write_results(out, config={"model": res.config.to_dict(), **res.run}, seed=seed, metrics=res.metrics,
+                      data=data)
     m = res.metrics
     err_console.print(
         f"{m['epochs_completed']} epochs, {res.steps} steps, {res.tokens_per_s:,.0f} tokens/s; valid ppl "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -157,13 +158,19 @@ def epsilon_cmd(
     neighboring: Annotated[str, typer.Option("--neighboring", help=_NEIGHBORING_HELP)] = "add_or_remove_one",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON object with every input and the "
                                                          "epsilon, delta and noise multiplier.")] = False,
+    results: Annotated[Path | None, typer.Option(
+        "--results", help="Also write results.json to this file (every input as config, version, and the "
+                          "epsilon, delta and noise multiplier as metrics).")] = None,
 ) -> None:
     """Epsilon after --rounds noisy releases, or (with --target-epsilon) the noise multiplier needed.
 
     Examples: DP-SGD-style federated rounds, 'privasr privacy epsilon --noise-multiplier 1.1 --rounds 100 --sampler poisson --rate 0.01'; the noise for a budget, '--target-epsilon 2.0' instead of '--noise-multiplier'; pure-DP Laplace releases, '--mechanism laplace --epsilon-per-round 0.5 --rounds 10' (composes to about 5).
     """
+    from privasr.outputs import check_output_file
     from privasr.privacy.dp.accounting import SUPPORTED, PldTooCostly, epsilon_for, noise_for_epsilon
 
+    if results is not None:
+        check_output_file(results)
     asked = accountant
     accountant = _check_names(mechanism, sampler, accountant, neighboring)
     _check_budget(rounds, delta, mechanism, noise_multiplier, target_epsilon, epsilon_per_round)
@@ -191,6 +198,17 @@ def epsilon_cmd(
 
     # pure-DP Laplace without sampling: basic composition gives rounds * epsilon-per-round at delta 0
     pure = rounds / noise_multiplier if mechanism == "laplace" and sampler == "all" else None
+    if results is not None:
+        from privasr.results import write_results
+
+        write_results(results.parent, filename=results.name, seed=None,
+                      config={"command": "privacy epsilon", "mechanism": mechanism, "accountant": accountant,
+                              "neighboring": neighboring, "sampler": sampler, "rate": rate,
+                              "sample_size": sample_size, "population": population, "rounds": rounds,
+                              "delta": delta, "target_epsilon": target_epsilon},
+                      metrics={"noise_multiplier": noise_multiplier, "epsilon": _finite(eps), "delta": delta,
+                               "epsilon_per_round": 1.0 / noise_multiplier if mechanism == "laplace" else None,
+                               "pure_epsilon": pure})
     if as_json:
         out = {"mechanism": mechanism, "accountant": accountant, "neighboring": neighboring, "sampler": sampler,
                "rate": rate, "sample_size": sample_size, "population": population, "rounds": rounds,

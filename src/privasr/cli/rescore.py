@@ -16,7 +16,7 @@ from rich.console import Console
 
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["app", "run", "flags_to_overrides"]
+__all__ = ["app", "run", "flags_to_overrides", "print_warnings"]
 
 app = typer.Typer(help="Rescore N-best lists with language models; tune weights on dev, report test WER.",
                   no_args_is_help=True)
@@ -59,6 +59,15 @@ def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], pri
     return out
 
 
+def print_warnings(metrics: dict[str, Any]) -> None:
+    """Each of a run's ``warnings`` (dev/test overlap, a tiny test set) as one ``warning:`` line on stderr."""
+    from rich.text import Text
+
+    con = Console(stderr=True, soft_wrap=True)
+    for w in metrics.get("warnings") or ():
+        con.print(Text.assemble(("warning: ", "bold yellow"), str(w)), highlight=False)
+
+
 def _command_line() -> list[str] | None:
     """The command line when run as ``privasr`` / ``python -m privasr`` (not when called from Python)."""
     if sys.argv and Path(sys.argv[0]).name in ("privasr", "__main__.py"):
@@ -85,7 +94,9 @@ def run(
     """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI."""
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.rescore import load_config, run_rescore
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     if config is None and nbest is None:
         raise ConfigError("give --config FILE or --nbest TEST (with --dev DEV and --lm ARPA)")
     raw: dict[str, Any] = read_config(config) if config is not None else {}
@@ -98,8 +109,9 @@ def run(
     except InputError as e:  # name the config file when the problem is in it
         raise (e.at(config) if config is not None else e) from None
     console = Console(stderr=True)
-    with console.status(f"rescoring ({cfg.name})"):
+    with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
+    print_warnings(metrics)
     con = Console()
     if metrics.get("wer") is not None:
         base = "baseline" if "baseline" in metrics else "first pass"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -122,9 +121,14 @@ def _num(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+def _check_outputs(json_out: Path | None = None, out_dir: Path | None = None) -> None:
+    """The output paths can be written (checked before the inputs are read; nothing is created)."""
+    from privasr.outputs import check_output_dir, check_output_file
+
+    if json_out is not None:
+        check_output_file(json_out)
+    if out_dir is not None:
+        check_output_dir(out_dir)
 
 
 @app.command("wer")
@@ -145,6 +149,7 @@ def wer_cmd(
 
     if aligner not in ("sclite", "jiwer"):
         raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
+    _check_outputs(json_out=json_out)
     refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
     hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize), ref, hyp)
     r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner)  # type: ignore[arg-type]
@@ -167,11 +172,10 @@ def wer_cmd(
     table.add_row("sentence errors", f"{r.sentence_errors:,}", f"{_pct(r.ser)} of sentences")
     out_console.print(table)
     if json_out is not None:
-        from privasr import __version__
-
-        _write_json(json_out, {"config": {"ref": str(ref), "hyp": str(hyp), "format": fmt, "aligner": aligner,
-                                           "normalize": normalize},
-                               "version": __version__, "metrics": r.as_dict()})
+        write_results(json_out.parent, filename=json_out.name, seed=None, metrics=r.as_dict(),
+                      config={"command": "score wer", "ref": str(ref), "hyp": str(hyp), "format": fmt,
+                              "aligner": aligner, "normalize": normalize},
+                      data={"ref": ref, "hyp": hyp})
 
 
 @app.command("compare")
@@ -208,6 +212,7 @@ def compare_cmd(
         raise InputError(f"--min-boundary is {min_boundary}", expected="an integer >= 1")
     if not 0 < alpha < 1:
         raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
+    _check_outputs(out_dir=out)
     refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
     a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize), ref, hyp_a)
     b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize), ref, hyp_b)

@@ -4,8 +4,13 @@
 
 1. **The server's NNLM** is trained on generic background text only (``generic-train``: Gutenberg +
    Earnings-21, the first pass's own corpus; never the evaluation domain) or loaded from a checkpoint, exactly
-   like a rescoring config's ``neural`` LM (:mod:`privasr.rescore.lms`), cached in ``cache_dir``. The
-   background unigram ``u(w)`` is the add-one estimate over the NNLM's vocabulary from the same text.
+   like a rescoring config's ``neural`` LM (:mod:`privasr.rescore.lms`), cached in ``cache_dir``. An n-gram LM
+   works as the base model too (``nnlm: PATH.arpa``, ``{arpa: PATH}`` or ``{train: {text, order}}``, like a
+   rescoring config's LM; its vocabulary is the ARPA file's). The background unigram ``u(w)`` is the add-one
+   estimate over the LM's vocabulary from the ``background`` text (file(s) or a named source; default the LM's
+   training text, else an ARPA base model's unigrams, else ``generic-train``), or the unigram probabilities of an ARPA file given as
+   ``background``; which one is recorded in ``results.json`` (``background``, with the files' fingerprints
+   under ``data``).
 2. **The baseline** is generic-NNLM rescoring: ``am + w_lm * first-pass LM + w_nnlm * ln P_nnlm + wp * n`` with
    the weights tuned on dev WER (coordinate descent; paper 000 fixes the interpolation at 0.5, we tune it).
 3. **FMP** (:mod:`privasr.federated.algorithms.fmp`) runs through the federated loop
@@ -38,9 +43,14 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
       nbest: PATH                     # instead of dev/test
       split: {key: speaker, dev: even}  # key: speaker | client; dev: even | odd positions of the sorted keys
     clients: {key: client}            # client (meeting) | speaker
-    nnlm: {neural: {...}}             # required: the server's NNLM, a neural LM entry of privasr.rescore.lms
+    nnlm: {neural: {...}}             # required: the server's LM, an LM entry of privasr.rescore.lms: neural,
+                                      # or an n-gram (PATH.arpa, {arpa: PATH}, {train: {text: .., order: 3}})
     cache_dir: null                   # where a trained NNLM is cached (default OUT/lm)
-    background: null                  # the text of u(w) (default: the NNLM's training text, else generic-train)
+    background: null                  # u(w)'s source: a text file, a list of text files, a named text source
+                                      # (privasr.corpus.sources: generic-train, gutenberg, ...) or one ARPA
+                                      # file (its unigram probabilities; not with order 2 or tables.bigram);
+                                      # default: the LM's training text, else an ARPA base model's
+                                      # unigrams (without bigrams), else generic-train
     combine: {prior: am, first_pass_lm: true}   # prior: am | rank | uniform
     search:                           # the baseline's weights, coordinate descent on dev
       ranges: {}                      # PARAM: [min, max, step] (privasr.rescore.search.default_ranges)
@@ -91,7 +101,7 @@ from privasr import __version__
 from privasr.config import Context, check_int, check_number, from_mapping, setting, to_dict, unknown_keys
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
-from privasr.experiments.rescore import SplitSettings
+from privasr.experiments.rescore import SplitSettings, data_warnings
 from privasr.federated.algorithms.fmp import REFRESH, SEND, FmpConfig
 from privasr.federated.algorithms.fmp_data import (
     background_unigram,
@@ -105,7 +115,7 @@ from privasr.rescore.search import CoordinateSettings
 
 __all__ = ["FmpRunConfig", "FmpDataSettings", "ClientSettings", "FmpCombineSettings",
            "FmpSettings", "DpSettings", "HyperRow", "TablesSettings", "FmpEvalSettings", "load_fmp_config",
-           "run_fmp", "simulate"]
+           "run_fmp", "simulate", "background", "background_text", "arpa_unigram", "is_arpa"]
 
 
 # ---------------------------------------------------------------------------------------------- schema
@@ -297,7 +307,7 @@ class FmpRunConfig:
     data: FmpDataSettings | None = None
     clients: ClientSettings = field(default_factory=ClientSettings)
     nnlm: LMSettings | None = None
-    background: str | None = None
+    background: tuple[str, ...] | None = None
     cache_dir: Path | None = None
     combine: FmpCombineSettings = field(default_factory=FmpCombineSettings)
     search: CoordinateSettings = field(default_factory=CoordinateSettings)
@@ -317,7 +327,8 @@ class FmpRunConfig:
         """One number stands for a one-value ``lam_grid`` / ``lam2_grid``."""
         if not isinstance(value, Mapping):
             return value
-        return {k: _as_list(v) if k in ("lam_grid", "lam2_grid") else v for k, v in value.items()}
+        return {k: _as_list(v) if k in ("lam_grid", "lam2_grid") or (k == "background" and isinstance(v, str))
+                else v for k, v in value.items()}
 
     def __config_check__(self, where: str, ctx: Context) -> None:
         if self.data is None:
@@ -326,8 +337,10 @@ class FmpRunConfig:
         if self.nnlm is None:
             raise ConfigError("config key 'nnlm' is missing",
                               expected="{neural: {train: ...}} or {neural: {checkpoint: ...}}")
-        if self.nnlm.neural is None:
-            raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
+        if self.normalize and self.nnlm.neural is None:
+            raise ConfigError("config key 'normalize' needs a neural LM in 'nnlm'",
+                              expected="normalize: false with an n-gram base model")
+        self._check_background(ctx)
         _check_grid(self.lam_grid, "lam_grid", 0.0)
         _check_grid(self.lam2_grid, "lam2_grid", 0.0)
         for k, h in enumerate(self.tables.hyper or ()):
@@ -335,6 +348,35 @@ class FmpRunConfig:
         if self.normalize and self.oracle_cache:
             raise ConfigError("config keys 'normalize' and 'oracle_cache' cannot both be true",
                               expected="the exactly normalised variant on the decoded lists only")
+
+    def _check_background(self, ctx: Context) -> None:
+        from privasr.config import expand_vars
+        from privasr.corpus.sources import TEXT_SOURCES
+
+        if self.background is None:
+            return
+        if not self.background:
+            raise ConfigError("config key 'background' is an empty list", expected="a text file, a list of text "
+                              "files, a named text source or an ARPA file")
+        arpas = []
+        for i, src in enumerate(self.background):
+            where = f"background[{i}]" if len(self.background) > 1 else "background"
+            if not isinstance(src, str) or not src:
+                raise ConfigError(f"config key {where!r} is {src!r}", expected="a file path or a text source name")
+            if src in TEXT_SOURCES:
+                continue
+            path = Path(expand_vars(src))
+            if ctx.check_files and not path.is_file():
+                raise ConfigError(f"config key {where!r}: no such file", path=path,
+                                  expected=f"a text or ARPA file, or one of the sources {sorted(TEXT_SOURCES)}")
+            if is_arpa(path):
+                arpas.append(path)
+        if arpas and len(self.background) > 1:
+            raise ConfigError("config key 'background' mixes an ARPA file with other sources",
+                              expected="one ARPA file, or text files and sources")
+        if arpas and (self.fmp.order == 2 or self.tables.bigram is not None):
+            raise ConfigError("config key 'background' is an ARPA file, but personal bigrams need background text",
+                              expected="text file(s) as background with fmp.order 2 or tables.bigram")
 
     def dp_mapping(self) -> dict[str, Any] | None:
         """The ``dp`` section as the mapping :func:`simulate` takes (``None`` without DP)."""
@@ -422,19 +464,115 @@ def load_data(cfg: FmpRunConfig, info: dict[str, Any]) -> tuple[list[NBest], lis
     return dev, test
 
 
-def background_text(cfg: FmpRunConfig) -> str:
-    """The text source of ``u(w)`` and the background bigram: ``background``, else the NNLM's training text,
-    else ``generic-train``."""
-    assert cfg.nnlm is not None and cfg.nnlm.neural is not None
-    train = cfg.nnlm.neural.train
-    return cfg.background or (train.text if train is not None else "generic-train")
+_ARPA_SUFFIXES = (".arpa", ".arpa.gz", ".arpa.xz", ".arpa.bz2", ".lm", ".lm.gz", ".lm.xz", ".lm.bz2")
+
+
+def is_arpa(path: str | Path) -> bool:
+    """Whether ``path`` is an ARPA file: its name ends in ``.arpa`` (or ``.lm``, compressed or not), or its first
+    non-blank line is ``\\data\\``.
+
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "bg.txt").write_text("\\n\\\\data\\\\\\nngram 1=1\\n")
+    >>> _ = (d / "text.txt").write_text("the cat sat\\n")
+    >>> is_arpa(d / "bg.txt"), is_arpa(d / "text.txt"), is_arpa("lm.arpa.gz")
+    (True, False, True)
+    """
+    p = Path(path)
+    if p.name.lower().endswith(_ARPA_SUFFIXES):
+        return True
+    if not p.is_file():
+        return False
+    from privasr.corpus.textio import iter_lines
+
+    try:
+        for k, (_, line) in enumerate(iter_lines(p)):
+            if line.strip():
+                return line.strip() == "\\data\\"
+            if k > 100:
+                break
+    except (InputError, OSError, UnicodeDecodeError):
+        return False
+    return False
+
+
+def background_text(cfg: FmpRunConfig) -> tuple[str, ...]:
+    """The sources of ``u(w)`` and the background bigram: ``background``, else the LM's training text (neural
+    or n-gram), else an ARPA base model itself (its unigrams), else ``generic-train``."""
+    if cfg.background:
+        return cfg.background
+    assert cfg.nnlm is not None
+    if cfg.nnlm.neural is not None and cfg.nnlm.neural.train is not None:
+        return (cfg.nnlm.neural.train.text,)
+    if cfg.nnlm.train is not None:
+        return (cfg.nnlm.train.text,)
+    if cfg.nnlm.arpa is not None and cfg.fmp.order == 1 and cfg.tables.bigram is None:
+        return (str(cfg.nnlm.arpa),)
+    return ("generic-train",)
+
+
+def arpa_unigram(model: Any, vocab: Any) -> np.ndarray:
+    """``u(w)`` from an n-gram model's unigram probabilities over ``vocab``: each word's ``P(w)``, words the
+    model lacks get its ``<unk>`` probability (or its smallest unigram probability), ``<s>`` the smallest;
+    normalised to sum 1.
+
+    >>> from privasr.lm.ngram.model import NgramModel
+    >>> from privasr.federated.algorithms.fmp_data import WordIds
+    >>> m = NgramModel.from_entries(1, {1: {("a",): (-0.3, 0.0), ("b",): (-0.6, 0.0), ("</s>",): (-0.6, 0.0)}})
+    >>> arpa_unigram(m, WordIds(("<unk>", "<s>", "</s>", "a", "b"))).round(3).tolist()
+    [0.167, 0.167, 0.167, 0.333, 0.167]
+    """
+    words = list(vocab.words) if hasattr(vocab, "words") else [vocab.decode([i])[0] for i in range(len(vocab))]
+    uni = {w: model.logprob(w, ()) for w in model.vocab if w != "<s>"}
+    finite = [lp for lp in uni.values() if np.isfinite(lp)]
+    if not finite:
+        raise InputError("the ARPA background has no unigram probabilities", expected="an ARPA file with 1-grams")
+    floor = min(finite)
+    unk = uni.get("<unk>", floor)
+    unk = unk if np.isfinite(unk) else floor
+    lps = np.array([floor if w == "<s>" else uni.get(w, unk) for w in words], dtype=np.float64)
+    lps[~np.isfinite(lps)] = floor
+    p = np.power(10.0, lps)
+    return p / p.sum()
+
+
+def background(cfg: FmpRunConfig, vocab: Any) -> tuple[np.ndarray, list[tuple[str, ...]] | None, dict[str, Any]]:
+    """``u(w)`` over ``vocab`` from :func:`background_text`'s sources; the background sentences (``None`` for
+    an ARPA background) for the bigram; and what to record in ``results.json`` (sources, kind, sizes)."""
+    from privasr.config import expand_vars
+    from privasr.corpus.sources import TEXT_SOURCES, load_text
+
+    srcs = background_text(cfg)
+    files = {f"background[{i}]" if len(srcs) > 1 else "background": Path(expand_vars(s))
+             for i, s in enumerate(srcs) if s not in TEXT_SOURCES}
+    if len(srcs) == 1 and srcs[0] not in TEXT_SOURCES and is_arpa(Path(expand_vars(srcs[0]))):
+        from privasr.lm.ngram.arpa import read_arpa
+
+        model = read_arpa(Path(expand_vars(srcs[0])))
+        info = {"sources": list(srcs), "kind": "arpa unigrams", "words": len(model.vocab), "files": files}
+        return arpa_unigram(model, vocab), None, info
+    sents: list[tuple[str, ...]] = []
+    for s in srcs:
+        sents.extend(load_text(s if s in TEXT_SOURCES else expand_vars(s)))
+    if not sents:
+        raise InputError("the background text is empty", path=", ".join(srcs),
+                         expected="sentences for the background unigram u(w)")
+    info = {"sources": list(srcs), "kind": "text", "sentences": len(sents), "tokens": sum(map(len, sents)),
+            "files": files}
+    return background_unigram(sents, vocab), sents, info
+
+
+def _ngram_vocab(lm: Any) -> Any:
+    """FMP's word ids over an n-gram LM's vocabulary (specials first, then the ARPA file's words in order)."""
+    from privasr.federated.algorithms.fmp_data import WordIds
+
+    return WordIds(("<unk>", "<s>", "</s>", *(w for w in lm.vocab if w not in ("<unk>", "<s>", "</s>"))))
 
 
 def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     """Stages 1-3: load the data, build the NNLM (:func:`privasr.rescore.lms.build_lm`), estimate ``u(w)``,
     score both sets with the NNLM and tune the baseline's weights on dev; the background bigram when the run or
     a table uses personal bigrams. Timings go into ``info``."""
-    from privasr.corpus.sources import load_text
     from privasr.rescore.combine import Combination, LMScoreCache, score_table
     from privasr.rescore.lms import build_lm
     from privasr.rescore.search import DevObjective, build_space, tune_with
@@ -447,12 +585,11 @@ def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     t0 = time.perf_counter()
     cache_dir = cfg.cache_dir if cfg.cache_dir is not None else out / "lm"
     lm, lm_info = build_lm(cfg.nnlm.spec("nnlm"), cache_dir)
+    vocab = lm.vocab if cfg.nnlm.neural is not None else _ngram_vocab(lm)
     info["nnlm"] = lm_info
     info["nnlm_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    text_src = background_text(cfg)
-    u = background_unigram(load_text(text_src), lm.vocab)
-    info["background_text"] = text_src
+    u, bg_sents, info["background"] = background(cfg, vocab)
     cache = LMScoreCache(lm)
     dev_table = score_table(dev, {"nnlm": cache})
     test_table = score_table(test, {"nnlm": cache})
@@ -470,11 +607,11 @@ def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     if cfg.fmp.order == 2 or cfg.tables.bigram is not None:
         from privasr.federated.algorithms.fmp import BackgroundBigram
 
-        unk = lm.vocab.unk_id
+        assert bg_sents is not None  # an ARPA background with bigrams is a config error
+        unk = vocab.unk_id
         bigram = BackgroundBigram.from_sentences(
-            [[i for i in lm.vocab.encode(s) if i != unk] for s in load_text(text_src)], len(lm.vocab),
-            prior=cfg.bigram_prior)
-    return _Prepared(dev, test, lm.vocab, u, comb.totals(dev_table, res.weights), comb.totals(test_table, res.weights),
+            [[i for i in vocab.encode(s) if i != unk] for s in bg_sents], len(vocab), prior=cfg.bigram_prior)
+    return _Prepared(dev, test, vocab, u, comb.totals(dev_table, res.weights), comb.totals(test_table, res.weights),
                      np.asarray(dev_table.offsets), np.asarray(test_table.offsets), np.asarray(obj.hyp_errors),
                      dict(res.weights), info, bigram, lm)
 
@@ -677,11 +814,15 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
                    tune_lam_s=tuned.seconds, fmp_s=fmp_s, total_s=time.perf_counter() - t_start)
     d = cfg.data
     assert d is not None
-    data = {"nbest": d.nbest} if d.nbest is not None else {"dev": d.dev, "test": d.test}
-    extra = {"nnlm": p.info["nnlm"], "split": p.info.get("split"), "history": [h.to_dict() for h in history],
+    data: dict[str, Any] = {"nbest": d.nbest} if d.nbest is not None else {"dev": d.dev, "test": d.test}
+    bg = dict(p.info["background"])
+    data.update(bg.pop("files"))
+    metrics["warnings"] = data_warnings(p.dev, p.test, dev_path=d.dev, test_path=d.test)
+    extra = {"nnlm": p.info["nnlm"], "background": bg, "split": p.info.get("split"),
+             "history": [h.to_dict() for h in history],
              "tables": tabs, "command": list(argv) if argv is not None else None}
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
-    (out / "report.md").write_text(_report(cfg, metrics, tabs) + plots_section(out), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, tabs, bg) + plots_section(out), encoding="utf-8")
     return metrics
 
 
@@ -728,14 +869,20 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
 
-def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]) -> str:
-    lines = [f"# {cfg.name}", "", f"privasr {__version__}, seed {cfg.seed}, clients by {cfg.clients.key}, "
-             f"T = {cfg.fmp.rounds}, lam = {m['lam']:g} (tuned on dev)", "",
-             "| system | test WER |", "|---|---|",
-             f"| first pass | {_pct(m['wer_first_pass'])} |",
-             f"| generic NNLM rescoring (baseline) | {_pct(m['wer_baseline'])} |",
-             f"| FMP | {_pct(m['wer'])} ({100 * m['wer_rel_change']:+.2f}% rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |",
-             ""]
+def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
+            bg: Mapping[str, Any] | None = None) -> str:
+    lines = [f"# {cfg.name}", ""]
+    lines += [f"**Warning:** {w}." for w in m.get("warnings", [])] + ([""] if m.get("warnings") else [])
+    lines += [f"privasr {__version__}, seed {cfg.seed}, clients by {cfg.clients.key}, "
+              f"T = {cfg.fmp.rounds}, lam = {m['lam']:g} (tuned on dev)", ""]
+    if bg:
+        lines += [f"Background unigram u(w): {bg['kind']} of {', '.join(bg['sources'])}.", ""]
+    kind = "NNLM" if cfg.nnlm is not None and cfg.nnlm.neural is not None else "n-gram LM"
+    lines += ["| system | test WER |", "|---|---|",
+              f"| first pass | {_pct(m['wer_first_pass'])} |",
+              f"| generic {kind} rescoring (baseline) | {_pct(m['wer_baseline'])} |",
+              f"| FMP | {_pct(m['wer'])} ({100 * m['wer_rel_change']:+.2f}% rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |",
+              ""]
     if m.get("oracle_cache"):
         lines += ["**Diagnostic run (`oracle_cache: true`): the clients' caches hold the reference text, not the "
                   "decoded N-best lists. This is the ceiling of unigram marginals, not a system.**", ""]

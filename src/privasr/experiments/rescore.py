@@ -102,7 +102,7 @@ from privasr.rescore.search import (
 )
 
 __all__ = ["RescoreConfig", "DataSettings", "SplitSettings", "CombineSettings", "EvalSettings", "OutputSettings",
-           "load_config", "run_rescore"]
+           "load_config", "run_rescore", "data_warnings", "MIN_SIGNIFICANCE_UTTERANCES"]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _NBEST_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.xz", ".jsonl.bz2")
@@ -287,6 +287,44 @@ class _Tuning:
     fp_comb: Combination
     baseline: SearchResult | None
     bl_comb: Combination | None
+
+
+MIN_SIGNIFICANCE_UTTERANCES = 100
+"""Fewer test utterances than this and a run warns that its significance tests (MAPSSWE, bootstrap) are unreliable."""
+
+
+def data_warnings(dev: Sequence[NBest] | None, test: Sequence[NBest], *, dev_path: str | Path | None = None,
+                  test_path: str | Path | None = None, significance: bool = True) -> list[str]:
+    """Warnings about the evaluation data, one line each: dev and test are the same file (or identical files) or
+    share utterance ids (the weights would be tuned on the test set), and, when ``significance`` tests run, a
+    test set of fewer than :data:`MIN_SIGNIFICANCE_UTTERANCES` utterances.
+
+    >>> from privasr.corpus.records import Hypothesis, NBest
+    >>> nb = [NBest(f"u{i}", (Hypothesis(("a",)),), ref=("a",)) for i in range(3)]
+    >>> for w in data_warnings(nb[:2], nb[1:]):
+    ...     print(w)
+    dev and test share 1 of 2 test utterance ids (e.g. u1): the tuning sees the test set
+    the significance tests (MAPSSWE, paired bootstrap) run on only 2 test utterances (fewer than 100): their p-values and intervals are unreliable
+    """
+    from privasr.results import fingerprint
+
+    out: list[str] = []
+    if dev_path is not None and test_path is not None:
+        a, b = Path(dev_path), Path(test_path)
+        if a.resolve() == b.resolve():
+            out.append(f"dev and test are the same file ({b}): the tuning sees the test set")
+        elif a.is_file() and b.is_file() and fingerprint(a)["sha256"] == fingerprint(b)["sha256"]:
+            out.append(f"dev ({a}) and test ({b}) are identical files: the tuning sees the test set")
+    if dev and not out:
+        dev_ids = {nb.utt_id for nb in dev}
+        shared = [nb.utt_id for nb in test if nb.utt_id in dev_ids]
+        if shared:
+            out.append(f"dev and test share {len(shared)} of {len(test)} test utterance ids (e.g. "
+                       f"{', '.join(shared[:3])}): the tuning sees the test set")
+    if significance and len(test) < MIN_SIGNIFICANCE_UTTERANCES:
+        out.append(f"the significance tests (MAPSSWE, paired bootstrap) run on only {len(test)} test utterances "
+                   f"(fewer than {MIN_SIGNIFICANCE_UTTERANCES}): their p-values and intervals are unreliable")
+    return out
 
 
 def load_data(cfg: RescoreConfig) -> _Data:
@@ -544,6 +582,8 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
     metrics, details = timed("eval_s", evaluate, cfg, data, scores, tuning, rescored_words, baseline_words, lm_info)
     timings["total_s"] = time.perf_counter() - t_start
     metrics.update(timings)
+    metrics["warnings"] = data_warnings(data.dev, data.test, dev_path=cfg.data.dev, test_path=cfg.data.test,
+                                        significance=metrics.get("wer") is not None)
     extra = {"lms": lm_info, "search": tuning.result.to_dict() if tuning.result is not None else {"method": "fixed"},
              "baseline_search": tuning.baseline.to_dict() if tuning.baseline is not None else None,
              "first_pass_retuned": tuning.retuned.to_dict() if tuning.retuned is not None else None,
@@ -581,6 +621,7 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
             nbest_path: Path | None) -> str:
     c = cfg.combination
     lines = [f"# N-best rescoring: {cfg.name}", ""]
+    lines += [f"**Warning:** {w}." for w in m.get("warnings", [])] + ([""] if m.get("warnings") else [])
     if argv:
         lines += ["Command: `" + " ".join(argv) + "`", ""]
     src = f"`{cfg.data.nbest}` split by {split['key']}" if split else f"dev `{cfg.data.dev}`, test `{cfg.data.test}`"
