@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -74,6 +76,9 @@ def test_train_class_writes_class_lm_members_and_exact_word_arpa(corpus, capsys)
     held = [line.split() for line in (corpus / "held.txt").read_text().splitlines()]
     for a, b in zip(model.score_batch(held[:50]), word.score_batch(held[:50]), strict=True):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-6)
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["command"] == "lm train-class" and res["metrics"]["classes"] == 2
+    assert res["metrics"]["class_ngrams"][0] == class_lm.num_ngrams(1) and "text" in res["data"]
 
 
 def test_mix_em_and_merge(corpus, capsys) -> None:
@@ -89,15 +94,21 @@ def test_mix_em_and_merge(corpus, capsys) -> None:
     t = NgramTables.from_model(m)
     assert max(abs(float((10 ** t.distribution(h)).sum()) - 1) for h in t.histories()) < 1e-6
     rc = main(["lm", "mix", "--lm", str(corpus / "other.arpa"), "--lm", str(corpus / "src.arpa"),
-               "--weights", "0.5,0.5", "--heldout", str(corpus / "held.txt")])
+               "--weights", "0.5,0.5", "--heldout", str(corpus / "held.txt"), "--results", str(corpus / "mix.json")])
     assert rc == 0 and "weights: 0.500000 0.500000" in capsys.readouterr().out
+    res = json.loads((corpus / "mix.json").read_text())
+    assert res["metrics"]["weights"] == [0.5, 0.5] and set(res["metrics"]["heldout"]) == {"other.arpa", "src.arpa",
+                                                                                         "mixture"}
 
 
 def test_fma_writes_an_adapted_model(corpus, capsys) -> None:
     out = corpus / "fma.arpa"
     rc = main(["lm", "fma", "--lm", str(corpus / "src.arpa"), "--adapt-text", str(corpus / "adapt.txt"),
-               "--beta", "0.5", "--arpa", str(out), "--heldout", str(corpus / "adapt.txt")])
+               "--beta", "0.5", "--arpa", str(out), "--heldout", str(corpus / "adapt.txt"),
+               "--results", str(corpus / "fma.json")])
     assert rc == 0
+    res = json.loads((corpus / "fma.json").read_text())
+    assert res["metrics"]["adapted"]["ppl"] < res["metrics"]["base"]["ppl"] and res["config"]["beta"] == 0.5
     text = capsys.readouterr().out
     assert "adapted:" in text
     adapted = read_arpa(out)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,11 +37,30 @@ def _sentences(path: Path) -> list[list[str]]:
     return list(read_sentences(path))
 
 
-def _ppl_line(label: str, scores: list) -> str:
+def _ppl(label: str, scores: list, metrics: dict[str, Any]) -> None:
+    """Print SRILM's perplexity line for ``label`` and record its figures in ``metrics[label]``."""
     from privasr.lm.base import perplexity_stats
 
     s = perplexity_stats(scores)
-    return f"{label}: {s.sentences} sentences, {s.words} words, {s.oovs} OOVs, ppl= {s.ppl:.6g} ppl1= {s.ppl1:.6g}"
+    metrics[label] = {"sentences": s.sentences, "words": s.words, "oovs": s.oovs, "ppl": s.ppl, "ppl1": s.ppl1}
+    out_console.print(f"{label}: {s.sentences} sentences, {s.words} words, {s.oovs} OOVs, ppl= {s.ppl:.6g} "
+                      f"ppl1= {s.ppl1:.6g}")
+
+
+_RESULTS_HELP = "Also write results.json to this file (the options, version, the inputs' fingerprints, metrics)."
+
+
+def _results(path: Path | None, command: str, config: dict[str, Any], metrics: dict[str, Any],
+             data: dict[str, Any]) -> None:
+    """``path`` as results.json of ``command`` (nothing when ``path`` is ``None``)."""
+    if path is None:
+        return
+    from privasr.results import write_results
+
+    write_results(path.parent, filename=path.name, seed=None, metrics=metrics,
+                  config={"command": command, **{k: str(v) if isinstance(v, Path) else v for k, v in config.items()}},
+                  data={k: v for k, v in data.items() if v is not None})
+    out_console.print(f"results: {path}", highlight=False)
 
 
 def train_class(
@@ -61,11 +80,14 @@ def train_class(
     max_ngrams: Annotated[int, typer.Option("--max-ngrams", help="Refuse expansions larger than this.")]
     = 20_000_000,
 ) -> None:
-    """Train a class n-gram (modified Kneser-Ney on the class-mapped text) and its member distributions."""
+    """Train a class n-gram (modified Kneser-Ney on the class-mapped text) and its member distributions; the
+    figures go to OUT/results.json."""
     from privasr.lm.ngram.arpa import write_arpa
     from privasr.lm.ngram.class_lm import expand_to_word_arpa, train_class_lm
     from privasr.lm.ngram.classes import read_classes, write_classes
+    from privasr.outputs import check_output_dir
 
+    check_output_dir(out)
     if member_probs not in ("auto", "counts", "file"):
         raise InputError(f"--member-probs {member_probs!r}", expected="auto, counts or file")
     cmap = read_classes(classes)
@@ -82,6 +104,14 @@ def train_class(
         write_arpa(word, out / "word.arpa")
         wc = ", ".join(str(word.num_ngrams(n)) for n in range(1, word.order + 1))
         out_console.print(f"expanded word LM: n-grams [{wc}] -> {out / 'word.arpa'}")
+    metrics: dict[str, Any] = {
+        "class_ngrams": [model.class_lm.num_ngrams(n) for n in range(1, model.order + 1)],
+        "classes": len(model.member_probs), "sentences": len(sents)}
+    if expand:
+        metrics["word_ngrams"] = [word.num_ngrams(n) for n in range(1, word.order + 1)]
+    _results(out / "results.json", "lm train-class", {"text": text, "classes": classes, "order": order,
+             "member_probs": member_probs, "add_k": add_k, "expand": expand, "max_ngrams": max_ngrams},
+             metrics, {"text": text, "classes": classes})
 
 
 def mix(
@@ -96,11 +126,16 @@ def mix(
     = None,
     tol: Annotated[float, typer.Option("--tol", help="EM stops when no weight changes by more than this, "
                                        "relatively.")] = 1e-6,
+    results: Annotated[Path | None, typer.Option("--results", help=_RESULTS_HELP)] = None,
 ) -> None:
     """Interpolate language models linearly: EM weights on held-out text, merged ARPA."""
     from privasr.lm.mix import EmIteration, LinearMix, estimate_weights, merge_ngrams
     from privasr.lm.ngram.arpa import read_arpa, write_arpa
+    from privasr.outputs import check_output_file
 
+    for target in (arpa, results):
+        if target is not None:
+            check_output_file(target)
     if len(lm) < 2:
         raise InputError(f"{len(lm)} --lm given", expected="at least two models to interpolate")
     if weights is None and heldout is None:
@@ -124,15 +159,22 @@ def mix(
         out_console.print(f"EM {state} after {len(res.iterations)} iterations on {res.tokens} tokens")
         mixture = LinearMix(models, w)
     out_console.print("weights: " + " ".join(f"{x:.6f}" for x in w))
+    metrics: dict[str, Any] = {"weights": w}
     if held is not None:
-        for p, m in zip(lm, models, strict=True):
-            out_console.print(_ppl_line(p.name, m.score_batch(held)))
-        out_console.print(_ppl_line("mixture", mixture.score_batch(held)))
+        ppl: dict[str, Any] = {}
+        for i, (p, m) in enumerate(zip(lm, models, strict=True)):
+            _ppl(p.name if p.name not in ppl else f"{p.name}#{i}", m.score_batch(held), ppl)
+        _ppl("mixture", mixture.score_batch(held), ppl)
+        metrics["heldout"] = ppl
     if arpa is not None:
         merged = merge_ngrams(models, w)
         write_arpa(merged, arpa)
         counts = ", ".join(str(merged.num_ngrams(n)) for n in range(1, merged.order + 1))
         out_console.print(f"merged model: n-grams [{counts}] -> {arpa}")
+        metrics["merged_ngrams"] = [merged.num_ngrams(n) for n in range(1, merged.order + 1)]
+    _results(results, "lm mix", {"lm": [str(p) for p in lm], "weights": weights, "heldout": heldout, "arpa": arpa,
+                                 "tol": tol}, metrics,
+             {**{f"lm{i}": p for i, p in enumerate(lm)}, "heldout": heldout})
 
 
 def fma(
@@ -149,11 +191,16 @@ def fma(
                                                    "model's unigram probabilities.")] = None,
     heldout: Annotated[Path | None, typer.Option("--heldout", help="Report perplexities before and after "
                                                  "on this text.")] = None,
+    results: Annotated[Path | None, typer.Option("--results", help=_RESULTS_HELP)] = None,
 ) -> None:
     """Fast marginal adaptation of an ARPA model towards the unigram of adaptation text."""
     from privasr.lm.adapt.fma import adaptation_unigram, fma_rewrite, text_unigram
     from privasr.lm.ngram.arpa import read_arpa, write_arpa
+    from privasr.outputs import check_output_file
 
+    for target in (arpa, results):
+        if target is not None:
+            check_output_file(target)
     if smoothing not in ("dirichlet", "add-k"):
         raise InputError(f"--smoothing {smoothing!r}", expected="dirichlet or add-k")
     base = read_arpa(lm)
@@ -163,10 +210,15 @@ def fma(
     adapted = fma_rewrite(base, pa, beta, pb)
     write_arpa(adapted, arpa)
     out_console.print(f"adapted model (beta {beta:g}) -> {arpa}")
+    metrics: dict[str, Any] = {}
     if heldout is not None:
         held = _sentences(heldout)
-        out_console.print(_ppl_line("base", base.score_batch(held)))
-        out_console.print(_ppl_line("adapted", adapted.score_batch(held)))
+        _ppl("base", base.score_batch(held), metrics)
+        _ppl("adapted", adapted.score_batch(held), metrics)
+    _results(results, "lm fma", {"lm": lm, "adapt_text": adapt_text, "arpa": arpa, "beta": beta,
+                                 "smoothing": smoothing, "mu": mu, "k": k, "base_text": base_text,
+                                 "heldout": heldout}, metrics,
+             {"lm": lm, "adapt_text": adapt_text, "base_text": base_text, "heldout": heldout})
 
 
 def register(app: typer.Typer) -> None:

@@ -44,13 +44,20 @@ def register(app: typer.Typer) -> None:
         = 4096,
         device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
         json_out: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+        results: Annotated[Path | None, typer.Option("--results", help="Also write results.json to this file "
+                                                     "(the options, version, the inputs' fingerprints, the "
+                                                     "summary).")] = None,
     ) -> None:
         """Approximate a neural LM by a normalised backoff n-gram model and write it as ARPA."""
         from privasr.corpus.sources import TEXT_SOURCES, load_text
         from privasr.lm.neural.approx import ApproxStats, ModelSource, approximate_ngram, overwrite_ngram
         from privasr.lm.neural.checkpoint import load_checkpoint
         from privasr.lm.ngram.arpa import read_arpa, write_arpa
+        from privasr.outputs import check_output_file
 
+        for target in (arpa, results):
+            if target is not None:
+                check_output_file(target)
         if base is not None and topk:
             raise InputError("--topk with --base", expected="one of them: --base keeps the base n-gram set")
         if text not in TEXT_SOURCES and not Path(text).is_file():
@@ -69,6 +76,15 @@ def register(app: typer.Typer) -> None:
                    "sentences": stats.sentences, "positions": stats.positions, "topk_added": list(stats.topk_added),
                    "kept_base": stats.kept_base, "neural_s": round(stats.neural_s, 3),
                    "total_s": round(stats.total_s, 3)}
+        if results is not None:
+            from privasr.results import write_results
+
+            write_results(results.parent, filename=results.name, seed=None, metrics=summary,
+                          config={"command": "lm approx-ngram", "checkpoint": str(checkpoint), "text": text,
+                                  "arpa": str(arpa), "order": order, "base": None if base is None else str(base),
+                                  "topk": topk, "batch_tokens": batch_tokens, "device": device},
+                          data={"checkpoint": checkpoint, **({"text": Path(text)} if Path(text).is_file() else {}),
+                                **({"base": base} if base is not None else {})})
         if json_out:
             print(json.dumps(summary))
         else:

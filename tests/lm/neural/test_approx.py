@@ -220,8 +220,11 @@ def test_cli_approx_ngram(tmp_path: Path) -> None:
 
     runner = CliRunner()
     res = runner.invoke(app, ["approx-ngram", "--checkpoint", str(ck), "--text", str(text), "--order", "2",
-                              "--arpa", str(tmp_path / "a.arpa"), "--json"])
+                              "--arpa", str(tmp_path / "a.arpa"), "--json", "--results", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
+    import json
+
+    assert json.loads((tmp_path / "r.json").read_text())["metrics"]["order"] == 2
     m = read_arpa(tmp_path / "a.arpa")
     assert m.order == 2 and check_normalised(m) < 1e-6
     assert np.allclose([lp for _, lp, _ in m.entries(2)],
