@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from privasr import progress
 from privasr.errors import InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
@@ -92,7 +93,7 @@ def inspect(
         check_output_file(results)
     norm: str | Normalizer = normalize if normalize == "auto" else Normalizer.from_spec(normalize)
     datasets, folder = load_inputs(path, fmt, ref, nbest)
-    parts = [dataset_stats(d, norm) for d in datasets]
+    parts = [dataset_stats(d, norm) for d in progress.track(datasets, "scoring", total=len(datasets))]
     primary = [p for p, d in zip(parts, datasets, strict=True) if d.references is None] or parts
     summary: dict[str, Any] = {"path": str(path), **combine_stats(primary), "datasets": parts}
     if folder is not None:

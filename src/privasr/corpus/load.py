@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from privasr import progress
 from privasr.corpus.formats import (
     ami_hmnet,
     ami_tts,
@@ -540,7 +541,8 @@ def _name(root: Path, p: Path) -> str:
 
 
 def _dataset(name: str, fmt: str, path: Path) -> Dataset:
-    records = FORMATS[fmt].reader(path)
+    with progress.task(f"reading {name} ({fmt})", transient=True):  # a big corpus takes seconds to minutes
+        records = FORMATS[fmt].reader(path)
     return Dataset(name, FORMAT_KINDS[fmt], fmt, tuple(records))
 
 

@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from privasr import progress
 from privasr.corpus.records import Hypothesis, NBest
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import LanguageModel
@@ -120,15 +121,17 @@ class LMScoreCache:
         keys = [tuple(s) for s in sentences]
         self.requests += len(keys)
         todo = list(dict.fromkeys(k for k in keys if k not in self._scores))
-        for i in range(0, len(todo), self.batch_size):
-            chunk = todo[i : i + self.batch_size]
-            results = self.lm.score_batch(chunk, bos=True, eos=True)
-            if len(results) != len(chunk):
-                raise InputError(f"{type(self.lm).__name__}.score_batch returned {len(results)} scores for "
-                                 f"{len(chunk)} sentences", expected="one score per sentence")
-            for k, r in zip(chunk, results, strict=True):
-                self._scores[k] = float(r.ln_total)
-            self.scored += len(chunk)
+        with progress.task(f"scoring hypotheses ({type(self.lm).__name__})", total=len(todo), transient=True) as bar:
+            for i in range(0, len(todo), self.batch_size):
+                chunk = todo[i : i + self.batch_size]
+                results = self.lm.score_batch(chunk, bos=True, eos=True)
+                if len(results) != len(chunk):
+                    raise InputError(f"{type(self.lm).__name__}.score_batch returned {len(results)} scores for "
+                                     f"{len(chunk)} sentences", expected="one score per sentence")
+                for k, r in zip(chunk, results, strict=True):
+                    self._scores[k] = float(r.ln_total)
+                self.scored += len(chunk)
+                bar.advance(len(chunk))
         return np.fromiter((self._scores[k] for k in keys), dtype=np.float64, count=len(keys))
 
 
