@@ -178,6 +178,17 @@ BAD_FILES: list[tuple[str, str, str | bytes | Callable[[Path], None], str | None
     ("tar-no-known-members", "x.tar.gz", _tar({"a.wav": b"RIFF"}), None, "holds no .ctm, .nlp or .txt", None),
     ("tar-bad-ctm-member", "sys.tar.gz", _tar({"c1.ctm": b"c1 A 0 1 hi\nc1 A x 1 there\n"}), "ctm",
      "start time 'x'", 2),
+    # HTK SLF lattices (N-best lists from their best paths)
+    ("slf-link-to-missing-node", "a.lat", "VERSION=1.0\nN=2 L=1\nI=0 t=0.0 W=!NULL\nI=1 t=0.5 W=hi\n"
+     "J=0 S=0 E=7 a=-1.0 l=-1.0\n", "htk-lattice", "refers to node 7", 5),
+    ("slf-score-not-a-number", "b.lat", "VERSION=1.0\nN=2 L=1\nI=0 t=0.0 W=!NULL\nI=1 t=0.5 W=hi\n"
+     "J=0 S=0 E=1 a=abc l=-1.0\n", "htk-lattice", "a is 'abc'", 5),
+    ("slf-size-line-wrong", "c.lat", "VERSION=1.0\nN=3 L=1\nI=0 t=0.0 W=!NULL\nI=1 t=0.5 W=hi\n"
+     "J=0 S=0 E=1 a=-1 l=-1.0\n", "htk-lattice", "the size line says N=3 L=1", None),
+    ("slf-bad-scale", "d.lat", "VERSION=1.0\nlmscale=abc\nN=2 L=1\nI=0 t=0.0 W=!NULL\nI=1 t=0.5 W=hi\n"
+     "J=0 S=0 E=1 a=-1 l=-1.0\n", "htk-lattice", "lmscale='abc'", None),
+    ("slf-cycle", "e.lat", "VERSION=1.0\nN=2 L=2\nI=0 t=0.0 W=!NULL\nI=1 t=0.5 W=hi\n"
+     "J=0 S=0 E=1 a=-1 l=-1.0\nJ=1 S=1 E=0 a=-1 l=-1.0\n", "htk-lattice", "has a cycle", None),
     # no format at all
     ("prose", "notes.txt", "Hello there.\nThis is prose.\n", None, "unrecognised content", None),
     ("binary-junk", "blob.bin", b"\x00\xff\xfe\x80junk\n", None, "UTF-8", 1),
@@ -193,7 +204,7 @@ CONF_TRAIN = ["confidence", "train", "--nbest", "{bad}", "--out", "{out}"]
 ANONYMIZE = ["anonymize", "{bad}", "{out}", "--entities", "gold"]
 TTS = ["data", "tts-nbest", "{bad}", "--out", "{out}"]
 
-_NBEST_FMTS = ("nbest-jsonl", "ami-tts", "hyporadise", "srilm")
+_NBEST_FMTS = ("nbest-jsonl", "ami-tts", "hyporadise", "srilm", "htk-lattice")
 
 
 def _commands(k: int, fmt: str | None) -> list[list[str]]:
@@ -224,6 +235,14 @@ EXTRA = [
                  id="data-inspect-forced-ctm-on-trn"),
     pytest.param("convert-forced-wrong", "x.jsonl", _GOOD_NB, [*CONVERT, "--from", "srilm"], "", 1,
                  id="data-convert-forced-srilm-on-jsonl"),
+    pytest.param("rescore-bad-nbest", "t.jsonl", '{"utt_id": "u1", "hyps": []}\n',
+                 ["rescore", "run", "--nbest", "{bad}", "--dev", "{bad}", "--out", "{out}"], "hyps", 1,
+                 id="rescore-run-empty-hyps"),
+    pytest.param("ref-bad-kaldi", "refs.txt", "u1 a b\nu1 c d\n",
+                 ["data", "inspect", "{nbest}", "--ref", "{bad}"], "duplicate utterance id", 2,
+                 id="data-inspect-ref-duplicate-id"),
+    pytest.param("ref-ids-missing", "refs.txt", "x9 a b\n", ["data", "convert", "{nbest}", "{out}", "--ref", "{bad}"],
+                 "no reference", None, id="data-convert-ref-ids-missing"),
     pytest.param("missing-file", "absent.jsonl", None, INSPECT, "no such file or folder", None,
                  id="data-inspect-missing-file"),
     pytest.param("missing-hyp", "absent.trn", None, WER_HYP, "no such file or folder", None,
@@ -253,7 +272,9 @@ def _run(tmp_path: Path, fname: str, content, cmd: list[str], capsys) -> tuple[i
     good.write_text(_REF)
     out = tmp_path / "out" / ("o.json" if cmd[:2] == ["score", "wer"] else "o.jsonl" if "convert" in cmd
                               or "anonymize" in cmd else "run")
-    args = [a.format(bad=bad, ref=ref, good=good, out=out) for a in cmd]
+    nbest = tmp_path / "good.jsonl"
+    nbest.write_text(_GOOD_NB)
+    args = [a.format(bad=bad, ref=ref, good=good, out=out, nbest=nbest) for a in cmd]
     capsys.readouterr()
     code = main(args)
     return code, capsys.readouterr().err, bad, out
