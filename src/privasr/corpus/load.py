@@ -32,6 +32,7 @@ from privasr.corpus.formats import (
     earnings21,
     fsdd,
     hyporadise,
+    kaldi_text,
     nbest_jsonl,
     slf_nbest,
     srilm_nbest,
@@ -618,6 +619,7 @@ def load_nbest(path: PathLike, fmt: str | None = None) -> list[NBest]:
 def _scan(root: Path, folder: Path, depth: int) -> list[Dataset]:
     entries = sorted((q for q in folder.iterdir() if not q.name.startswith(".")), key=lambda q: natural_key(q.name))
     files = [q for q in entries if q.is_file() and not q.name.lower().endswith(_SKIP_SUFFIXES)
+             and q.name not in kaldi_text.KALDI_DATA_FILES
              and not q.name.lower().endswith(".ids.txt")]
     out: list[Dataset] = []
     if fsdd.looks_like_fsdd(folder):

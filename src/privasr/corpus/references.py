@@ -43,7 +43,9 @@ def attach_references(nbests: Iterable[NBest], transcripts: Iterable[Transcript]
     """The N-best lists with ``ref`` set from the transcript of the same ``utt_id``.
 
     Every N-best list needs a transcript and every transcript an N-best list; a list that already has a
-    reference keeps it if it is the same, and a different one is an error. Utterance ids repeated in
+    reference keeps it if it is the same, and a different one is an error. A list without a ``client`` or
+    ``speaker`` takes the transcript's (a Kaldi data folder's ``utt2spk`` gives speakers, transcript JSON
+    Lines both). Utterance ids repeated in
     ``nbests`` (the same utterance in two sets) all get the same reference.
 
     Args:
@@ -88,7 +90,9 @@ def attach_references(nbests: Iterable[NBest], transcripts: Iterable[Transcript]
             raise InputError(f"utterance {nb.utt_id} already has the reference {' '.join(nb.ref)[:60]!r}, the "
                              f"reference file says {t.text[:60]!r}", path=path,
                              expected="references that agree with those the N-best lists have")
-        out.append(nb if nb.ref == t.words else replace(nb, ref=t.words))
+        new = {"ref": t.words, "client": nb.client if nb.client is not None else t.client,
+               "speaker": nb.speaker if nb.speaker is not None else t.speaker}
+        out.append(nb if all(getattr(nb, k) == v for k, v in new.items()) else replace(nb, **new))
     return out
 
 

@@ -78,3 +78,32 @@ def test_fuzz_valid_or_input_error(data):
             return
     assert all(isinstance(t, Transcript) for t in ts)
     assert len({t.utt_id for t in ts}) == len(ts)
+
+
+def test_a_kaldi_data_folder_takes_speakers_from_utt2spk(tmp_path):
+    from privasr.corpus.formats.kaldi_text import read_kaldi_text, write_kaldi_text
+    from privasr.corpus.records import Transcript
+    from privasr.errors import InputError
+
+    d = tmp_path / "dev"
+    write_kaldi_text(d / "text", [Transcript("u1", ("a",), speaker="s1"), Transcript("u2", ("b",), speaker="s2")])
+    assert (d / "utt2spk").read_text() == "u1 s1\nu2 s2\n"
+    assert [t.speaker for t in read_kaldi_text(d / "text")] == ["s1", "s2"]
+    write_kaldi_text(tmp_path / "other.txt", [Transcript("u1", ("a",), speaker="s1")])
+    assert not (tmp_path / "utt2spk").exists()  # only a file named text is a data folder's
+    (d / "utt2spk").write_text("u1 s1\n")
+    with pytest.raises(InputError, match=r"utt2spk: utterance 'u2' \(line 2 of .*\) has no speaker"):
+        read_kaldi_text(d / "text")
+    (d / "utt2spk").write_text("u1 s1\nu2\n")
+    with pytest.raises(InputError, match=r"utt2spk:2: line has 1 fields"):
+        read_kaldi_text(d / "text")
+
+
+def test_references_give_speakers_to_lists_without_them(tmp_path):
+    from privasr.corpus.records import Hypothesis, NBest, Transcript
+    from privasr.corpus.references import attach_references
+
+    nbs = [NBest("u1", (Hypothesis(("a",)),)), NBest("u2", (Hypothesis(("b",)),), speaker="mine")]
+    out = attach_references(nbs, [Transcript("u1", ("a",), speaker="s1", client="c"),
+                                  Transcript("u2", ("b",), speaker="s2")])
+    assert [(nb.ref, nb.speaker, nb.client) for nb in out] == [(("a",), "s1", "c"), (("b",), "mine", None)]
