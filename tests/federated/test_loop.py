@@ -242,3 +242,21 @@ def test_dp_run_resumes_with_its_accountant(tmp_path):
     assert np.array_equal(full.state["x"], resumed.state["x"])
     assert p2.accountant.steps == 4
     assert resumed.history[-1].metrics["epsilon"] == pytest.approx(full.history[-1].metrics["epsilon"], rel=1e-12)
+
+
+def test_blocks_are_folded_by_accumulate_many_unless_a_subclass_overrides_accumulate():
+    from privasr.federated.algorithms.fmp import FmpAlgorithm, FmpConfig
+    from privasr.federated.loop import _block_accumulator
+
+    class Recording(FmpAlgorithm):
+        def accumulate(self, acc, update):
+            return super().accumulate(acc, update)
+
+    class Blocks(Recording):
+        def accumulate_many(self, acc, updates, block=4096):
+            return super().accumulate_many(acc, updates, block)
+
+    u = np.full(4, 0.25)
+    assert _block_accumulator(FmpAlgorithm(FmpConfig(), u)) is not None
+    assert _block_accumulator(Recording(FmpConfig(), u)) is None  # its accumulate would be bypassed
+    assert _block_accumulator(Blocks(FmpConfig(), u)) is not None

@@ -64,6 +64,10 @@ log = logging.getLogger("privasr.federated")
 
 CHECKPOINT_NAME = "state.npz"
 
+BLOCK = 1024
+"""Arriving updates buffered before an algorithm with ``accumulate_many`` folds them in at once (memory: one
+block of updates, whatever the cohort)."""
+
 
 @dataclass(frozen=True)
 class PrivacySettings:
@@ -309,6 +313,18 @@ def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTas
     return acc, reported, dropped, new_states, client_s, {"secagg_clipped": float(clipped)}, parts
 
 
+def _block_accumulator(algorithm: Any) -> Any:
+    """The algorithm's ``accumulate_many`` (folds a block of updates at once; FMP: one bincount), unless a
+    subclass overrides ``accumulate`` below where ``accumulate_many`` is defined (it would be bypassed)."""
+    def definer(name: str) -> type | None:
+        return next((c for c in type(algorithm).__mro__ if name in vars(c)), None)
+
+    many, one = definer("accumulate_many"), definer("accumulate")
+    if many is None or (one is not None and not issubclass(many, one)):
+        return None
+    return algorithm.accumulate_many
+
+
 def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False, expected: int | None = None
             ) -> tuple[Any, int, dict[str, str], dict[int, tuple[int, Any]], float]:
     """Fold round ``r``'s successful updates into the accumulator as they arrive and log the dropped clients.
@@ -324,17 +340,27 @@ def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = F
     reported = 0
     new_states: dict[int, tuple[int, Any]] = {}
     client_s = 0.0
+    many = _block_accumulator(algorithm)
+    pending: list[Any] = []
     for out in progress.track(outcomes, f"round {r + 1} clients", total=expected):
         client_s += out.seconds
         if not (out.error is None if summed else out.ok):
             dropped[f"{out.slot}:{out.index}"] = out.error or "no update"
             log.warning("round %d: client %d (slot %d) dropped: %s", r, out.index, out.slot, out.error)
             continue
-        if not summed:
+        if summed:
+            pass
+        elif many is None:
             acc = algorithm.accumulate(acc, out.update)
+        else:
+            pending.append(out.update)
+            if len(pending) >= BLOCK:
+                acc, pending = many(acc, pending), []
         reported += 1
         if out.index not in new_states or out.slot < new_states[out.index][0]:
             new_states[out.index] = (out.slot, out.state)
+    if pending:
+        acc = many(acc, pending)
     return acc, reported, dropped, new_states, client_s
 
 

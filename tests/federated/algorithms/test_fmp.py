@@ -683,3 +683,29 @@ def test_exactly_normalised_variant_matches_brute_force():
     bad = FmpAlgorithm(cfg, u, normalizer=lambda utt, f: np.zeros(7))
     with pytest.raises(InputError, match="normalizer"):
         bad.client_update({"round": 0, "qbar": np.zeros(0)}, client, None, np.random.default_rng(0))
+
+
+def test_accumulate_many_folds_blocks_to_the_same_sum_as_one_at_a_time():
+    from privasr.errors import InputError
+    from privasr.federated.core import Update
+
+    rng = np.random.default_rng(0)
+    alg = FmpAlgorithm(FmpConfig(), np.full(50, 0.02))
+    ups = []
+    for _ in range(37):
+        ids = np.unique(rng.integers(0, 50, size=8))
+        ups.append(Update({"ids": ids, "counts": rng.gamma(1.0, size=ids.size)}, 1.5, {"utterances": 2.0}))
+    one = None
+    for u in ups:
+        one = alg.accumulate(one, u)
+    for block in (1, 5, 37, 100):
+        many = alg.accumulate_many(None, iter(ups), block=block)
+        np.testing.assert_allclose(many.arrays["counts"], one.arrays["counts"], rtol=0, atol=1e-12)
+        assert (many.count, many.weight, many.metrics) == (one.count, one.weight, one.metrics)
+    bad = Update({"ids": np.array([1, 60]), "counts": np.array([1.0, 1.0])}, 1.0)
+    with pytest.raises(InputError, match=r"ids outside \[0, 50\)"):
+        alg.accumulate_many(None, [ups[0], bad])
+    with pytest.raises(InputError, match="expected 1-d integer ids"):
+        alg.accumulate_many(None, [ups[0], Update({"ids": np.array([1, 2]), "counts": np.array([1.0])}, 1.0)])
+    with pytest.raises(InputError, match="FMP update with arrays"):
+        alg.accumulate_many(None, [Update({"x": np.array([1.0])}, 1.0)])
