@@ -44,6 +44,13 @@ def _history_series(history: Any) -> dict[str, tuple[list[int], list[float]]]:
     return out
 
 
+def _integer_rounds(ax: Any) -> None:
+    """Whole-number ticks on a round axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def round_curves(runs: Sequence[Run]) -> list[Plot]:
     """One panel per metric of the round history (``history``), every run a line; metrics that stay
     constant in every run are left out. ``[]`` when no run has a history."""
@@ -60,6 +67,7 @@ def round_curves(runs: Sequence[Run]) -> list[Plot]:
                 ax.plot(xs, ys, marker="o", markersize=3, label=label or None)
         ax.set_title(m.replace("_", " "))
         ax.set_xlabel("round")
+        _integer_rounds(ax)
         ax.grid(alpha=0.3)
         if m.endswith("ppl"):
             ax.set_ylabel("perplexity")
@@ -94,6 +102,7 @@ def ftl_convergence(runs: Sequence[Run]) -> list[Plot]:
                         linestyle="--" if name == "baseline" else "-")
         ax.set_title(title)
         ax.set_xlabel("round")
+        _integer_rounds(ax)
         ax.grid(alpha=0.3)
     for label, res in runs:
         target = number((res.get("metrics") or {}).get("target_loss"))
