@@ -85,11 +85,16 @@ def test_roc_points_match_sklearn_and_are_thinned():
     rng = np.random.default_rng(0)
     s_in, s_out = rng.normal(1, 1, 40), rng.normal(0, 1, 50)
     r = roc_points(s_in, s_out)
-    fpr, tpr, _ = sklearn.roc_curve(np.r_[np.ones(40), np.zeros(50)], np.r_[s_in, s_out], drop_intermediate=False)
-    assert r["fpr"] == pytest.approx(list(fpr), abs=1e-6) and r["tpr"] == pytest.approx(list(tpr), abs=1e-6)
+    # the corners of sklearn's curve: points of it, and the same area (only collinear points dropped)
+    labels, scores = np.r_[np.ones(40), np.zeros(50)], np.r_[s_in, s_out]
+    fpr, tpr, _ = sklearn.roc_curve(labels, scores, drop_intermediate=False)
+    full = {(round(f, 6), round(t, 6)) for f, t in zip(fpr.tolist(), tpr.tolist(), strict=True)}
+    assert set(zip(r["fpr"], r["tpr"], strict=True)) <= full and len(r["fpr"]) < len(full)
+    assert np.trapezoid(r["tpr"], r["fpr"]) == pytest.approx(sklearn.roc_auc_score(labels, scores), abs=1e-5)
     big = roc_points(rng.normal(1, 1, 3000), rng.normal(0, 1, 3000))
-    assert len(big["fpr"]) == 100 and (big["fpr"][0], big["tpr"][0]) == (0.0, 0.0)
+    assert 50 <= len(big["fpr"]) <= 100 and (big["fpr"][0], big["tpr"][0]) == (0.0, 0.0)
     assert (big["fpr"][-1], big["tpr"][-1]) == (1.0, 1.0) and big["fpr"] == sorted(big["fpr"])
+    assert roc_points([3.0, 2.0, 1.0], np.zeros(500)) == {"fpr": [0.0, 0.0, 1.0], "tpr": [0.0, 1.0, 1.0]}
 
 
 def test_plots_section_draws_and_links(tmp_path, fmp_results):

@@ -109,12 +109,15 @@ def roc_summary(scores_in: Sequence[float], scores_out: Sequence[float]) -> dict
 
 def roc_points(scores_in: Sequence[float], scores_out: Sequence[float], max_points: int = ROC_POINTS
                ) -> dict[str, list[float]]:
-    """The ROC curve of scores where members score higher, from (0, 0) to (1, 1): one point per distinct
-    threshold, thinned to at most ``max_points`` evenly spaced along the curve (both ends kept), rounded to 6
-    digits: what results.json keeps for the ROC plot.
+    """The ROC curve of scores where members score higher, from (0, 0) to (1, 1): its corners (the points where
+    the curve turns; straight runs need only their ends), thinned when there are more than ``max_points`` to
+    points evenly spaced by length along the curve (both ends kept), rounded to 6 digits: what results.json
+    keeps for the ROC plot.
 
     >>> roc_points([3.0, 2.0, 0.5], [1.0, 0.0, -1.0])
-    {'fpr': [0.0, 0.0, 0.0, 0.333333, 0.333333, 0.666667, 1.0], 'tpr': [0.0, 0.333333, 0.666667, 0.666667, 1.0, 1.0, 1.0]}
+    {'fpr': [0.0, 0.0, 0.333333, 0.333333, 1.0], 'tpr': [0.0, 0.666667, 0.666667, 1.0, 1.0]}
+    >>> roc_points([3.0, 2.0, 1.0], [0.0, 0.0])  # separable: up the left edge, along the top
+    {'fpr': [0.0, 0.0, 1.0], 'tpr': [0.0, 1.0, 1.0]}
     >>> len(roc_points(range(500), [x + 0.5 for x in range(500)])["fpr"])
     100
     """
@@ -128,8 +131,15 @@ def roc_points(scores_in: Sequence[float], scores_out: Sequence[float], max_poin
     fp = (last + 1) - tp
     tpr = np.r_[0.0, tp / max(s_in.size, 1)]
     fpr = np.r_[0.0, fp / max(s_out.size, 1)]
+    step = np.c_[np.diff(fpr), np.diff(tpr)]
+    step /= np.maximum(np.abs(step).sum(axis=1, keepdims=True), 1e-300)  # the direction of each step
+    turns = np.flatnonzero(np.abs(np.diff(step, axis=0)).sum(axis=1) > 1e-12) + 1
+    corners = np.r_[0, turns, fpr.size - 1]
+    fpr, tpr = fpr[corners], tpr[corners]
     if fpr.size > max_points:
-        keep = np.unique(np.round(np.linspace(0, fpr.size - 1, max_points)).astype(int))
+        length = np.r_[0.0, np.cumsum(np.hypot(np.diff(fpr), np.diff(tpr)))]
+        keep = np.unique(np.searchsorted(length, np.linspace(0.0, length[-1], max_points)).clip(0, fpr.size - 1))
+        keep = np.unique(np.r_[0, keep, fpr.size - 1])
         fpr, tpr = fpr[keep], tpr[keep]
     return {"fpr": [round(float(x), 6) for x in fpr], "tpr": [round(float(x), 6) for x in tpr]}
 
