@@ -287,7 +287,7 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
 
 
 def _report(config: dict[str, Any], m: dict[str, Any]) -> str:
-    mb = 1 << 20
+    mb = 1e6
     lines = [f"# On-device cost of the NNLM ({config['model_source']})", "",
              f"Data: {config['data']}, {m['lists']} 10-best lists ({m['hypotheses']} hypotheses); vocabulary "
              f"{m['vocab_size']:,} words, {m['parameters']:,} parameters; one thread. Command: "
@@ -310,7 +310,7 @@ def _report(config: dict[str, Any], m: dict[str, Any]) -> str:
               f"{m['memory_fmp_client_maxrss_bytes'] / mb:.1f} | {m['memory_fmp_client_over_baseline_bytes'] / mb:.1f} |",
               f"| fedlm client round: {m['fedlm_round']['sentences']} sentences of local SGD | "
               f"{m['memory_fedlm_round_maxrss_bytes'] / mb:.1f} | {m['memory_fedlm_round_over_baseline_bytes'] / mb:.1f} |",
-              "", f"FMP cache + bias + biased scoring (tracemalloc peak): {m['fmp_cache_bias_peak_bytes'] / 1024:.0f} KiB "
+              "", f"FMP cache + bias + biased scoring (tracemalloc peak): {m['fmp_cache_bias_peak_bytes'] / 1e3:.0f} kB "
               f"({m['fmp_client']['cache_words']} cached words). fedlm upload: {m['fedlm_round']['upload_bytes'] / mb:.1f} MB "
               f"(fp32 delta), round {m['fedlm_round']['round_s']:.1f} s.", ""]
     return "\n".join(lines)

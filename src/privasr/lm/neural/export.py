@@ -8,15 +8,18 @@ character-aware embeddings included) into a folder::
     DIR/meta.json                                format, runtime, int8 settings, the model config, the source
                                                  checkpoint's fingerprint and the sha256 of every file
 
-**The graph** takes ``ids`` (int64 ``[B, T]``: ``<s>`` then the words, padded at the end), ``targets`` (int64
-``[B, T]``: the words then ``</s>``) and ``bias`` (float32 ``[V]``, natural log) and returns ``logprob`` (float32
-``[B, T]``) = ``log_softmax(logits + bias)[target]`` at every position; batch and sequence axes are dynamic. It
-is the model's causal forward pass: the Transformer's causal attention and the LSTM's left-to-right recurrence
-make the padding after a sentence invisible to it. A class-factored softmax is exported through its
-``forward`` (the normalised log-probabilities over the whole vocabulary stand in for the logits, as
-:class:`~privasr.lm.neural.scorer.NeuralLM` does when a renormalised bias needs every word). A character-aware
-LSTM's word embeddings depend on the weights only, so the export computes the table of all ``V`` words once
-and stores it as a plain embedding (exactly the vectors the character CNN gives). ONNX files are written by
+**The graph** returns ``logprob`` (float32 ``[P]``) = ``log_softmax(logits + bias)[target]`` for ``P`` (position,
+target) pairs: ``rows`` (int64 ``[P]``, indices into the flattened ``[B, T]`` positions) and ``targets`` (int64
+``[P]``), with ``bias`` (float32 ``[V]``, natural log); the output layer runs on those ``P`` states only. The
+network's inputs are ``ids`` (int64 ``[B, T]``) and, for the Transformer, ``positions`` (int64 ``[B, T]``) and
+``mask`` (bool ``[B, T, T]``, ``True`` = may attend): the scorer packs the prefix trie of the sentences into rows
+with a tree attention mask, exactly as :class:`~privasr.lm.neural.scorer.NeuralLM` does, so every distinct
+prefix is computed once. The LSTM reads padded sentences (``<s>`` then the words; the padding after a sentence
+never reaches its positions). Batch, sequence and pair axes are dynamic. A class-factored softmax is exported
+through its ``forward`` (the normalised log-probabilities over the whole vocabulary stand in for the logits, as
+in :class:`~privasr.lm.neural.scorer.NeuralLM` when a renormalised bias needs every word). A character-aware
+LSTM's word embeddings depend on the weights only, so the export computes the table of all ``V`` words once and
+stores it as a plain embedding (exactly the vectors the character CNN gives). ONNX files are written by
 ``torch.onnx.export`` (the TorchScript-based exporter, opset 18: it keeps dynamic sequence lengths for every
 architecture here), TorchScript files by ``torch.jit.trace``.
 
@@ -32,8 +35,9 @@ runtime) follows :class:`~privasr.lm.neural.scorer.NeuralLM`: log10 scores, OOV 
 the ``spread_unk`` share taken off, and the FMP per-word log-bias of :meth:`NeuralLM.with_bias
 <privasr.lm.neural.scorer.NeuralLM.with_bias>`: *unnormalised* by default (``ln p(w|h) + bias[w]``, added after
 the graph) or, with ``renormalize=True``, added to the logits before the log-softmax inside the graph.
-Sentences are sorted by length and run in padded batches of at most ``batch_tokens`` positions, on
-``threads`` intra-op threads (onnxruntime's CPU provider; ``torch.set_num_threads`` for TorchScript).
+Calls hold at most ``batch_tokens`` positions and run on ``threads`` intra-op threads (onnxruntime's CPU
+provider; ``torch.set_num_threads`` for TorchScript). Without an in-graph bias, :class:`OnnxNeuralLM` runs the
+graph with its ``bias`` input replaced by a zero constant, which onnxruntime folds into the output layer.
 
 >>> import tempfile, pathlib, torch
 >>> from privasr.lm.neural.models import NeuralLMConfig, build_model
@@ -74,6 +78,7 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
+from privasr.lm.neural.trie import PrefixTrie, pack_rows
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["export_lm", "export_checkpoint", "ExportInfo", "ExportedNeuralLM", "OnnxNeuralLM",
@@ -132,13 +137,14 @@ def _scoring_module(model: Any) -> Any:
         m.embed = nn.Embedding.from_pretrained(table, freeze=True)
 
     class Scoring(nn.Module):
+        """``(ids[, positions, mask], rows, targets, bias) -> logprob``."""
+
         def __init__(self, inner: nn.Module) -> None:
             super().__init__()
             self.model = inner
 
-        def forward(self, ids: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
-                    bias: torch.Tensor) -> torch.Tensor:
-            h, _ = self.model.hidden(ids)
+        def score(self, h: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
+                  bias: torch.Tensor) -> torch.Tensor:
             # kept 3-D ([1, P, H]) so that the linear layers export as MatMul, which dynamic int8 quantises
             h = h.reshape(-1, h.shape[-1]).index_select(0, rows).unsqueeze(0)
             out = self.model.output
@@ -147,31 +153,56 @@ def _scoring_module(model: Any) -> Any:
                 logits = F.linear(h, out.weight) + b
             else:
                 logits = out(h).float() + bias
-            lp = torch.log_softmax(logits, dim=-1)[0]
-            return lp.gather(1, targets.unsqueeze(1)).squeeze(1)
+            lp = torch.log_softmax(logits, dim=-1)  # gathered in 3-D: indexing [0] first would copy [P, V]
+            return lp.gather(2, targets.reshape(1, -1, 1)).reshape(-1)
 
-    return Scoring(m).eval()
+    class TreeScoring(Scoring):
+        def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor,
+                    targets: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+            h, _ = self.model.hidden(ids, positions=positions, attn_mask=mask)
+            return self.score(h, rows, targets, bias)
+
+    class PaddedScoring(Scoring):
+        def forward(self, ids: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor,
+                    bias: torch.Tensor) -> torch.Tensor:
+            h, _ = self.model.hidden(ids)
+            return self.score(h, rows, targets, bias)
+
+    return (TreeScoring if m.config.arch == "transformer" else PaddedScoring)(m).eval()
 
 
-def _example(vocab: Vocabulary) -> tuple[Any, Any, Any]:
+def _inputs(arch: str) -> list[str]:
+    """The graph's input names: the Transformer takes packed prefix-tree rows (positions, tree attention mask)."""
+    return (["ids", "positions", "mask"] if arch == "transformer" else ["ids"]) + ["rows", "targets", "bias"]
+
+
+def _example(vocab: Vocabulary, arch: str) -> tuple[Any, ...]:
     import torch
 
     w = min(len(vocab) - 1, 3)
     ids = torch.tensor([[vocab.bos_id, w, w, w], [vocab.bos_id, w, w, vocab.eos_id]], dtype=torch.long)
     rows = torch.tensor([0, 1, 2, 3, 6], dtype=torch.long)
     targets = torch.tensor([w, w, w, vocab.eos_id, vocab.eos_id], dtype=torch.long)
-    return ids, rows, targets, torch.zeros(len(vocab), dtype=torch.float32)
+    bias = torch.zeros(len(vocab), dtype=torch.float32)
+    if arch != "transformer":
+        return ids, rows, targets, bias
+    positions = torch.arange(4).expand(2, 4)
+    mask = torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(2, 4, 4)
+    return ids, positions, mask, rows, targets, bias
 
 
-def _export_onnx(module: Any, vocab: Vocabulary, path: Path) -> None:
+def _export_onnx(module: Any, vocab: Vocabulary, path: Path, arch: str) -> None:
     import torch
 
+    axes = {"ids": {0: "rows", 1: "time"}, "positions": {0: "rows", 1: "time"},
+            "mask": {0: "rows", 1: "time", 2: "time"}, "rows": {0: "pairs"}, "targets": {0: "pairs"},
+            "logprob": {0: "pairs"}}
+    names = _inputs(arch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape arithmetic, deprecation notes
-        torch.onnx.export(module, _example(vocab), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=["ids", "rows", "targets", "bias"], output_names=["logprob"],
-                          dynamic_axes={"ids": {0: "batch", 1: "time"}, "rows": {0: "pairs"},
-                                        "targets": {0: "pairs"}, "logprob": {0: "pairs"}})
+        torch.onnx.export(module, _example(vocab, arch), str(path), dynamo=False, opset_version=OPSET,
+                          input_names=names, output_names=["logprob"],
+                          dynamic_axes={k: v for k, v in axes.items() if k in names or k == "logprob"})
 
 
 def _quantize_onnx(src: Path, dst: Path, *, quantize_embeddings: bool, per_channel: bool) -> list[str]:
@@ -189,7 +220,7 @@ def _quantize_onnx(src: Path, dst: Path, *, quantize_embeddings: bool, per_chann
     return ops
 
 
-def _export_torchscript(module: Any, vocab: Vocabulary, path: Path, *, int8: bool,
+def _export_torchscript(module: Any, vocab: Vocabulary, path: Path, arch: str, *, int8: bool,
                         quantize_embeddings: bool) -> list[str]:
     import torch
     from torch import nn
@@ -211,7 +242,7 @@ def _export_torchscript(module: Any, vocab: Vocabulary, path: Path, *, int8: boo
         quantized = [t.__name__ for t in spec]
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(module, _example(vocab), check_trace=False)
+        traced = torch.jit.trace(module, _example(vocab, arch), check_trace=False)
     traced.save(str(path))
     return quantized
 
@@ -257,14 +288,15 @@ def export_lm(model: Any, vocab: Vocabulary, out: str | os.PathLike[str], *, to:
         if int8:
             with tempfile.TemporaryDirectory(dir=folder) as tmp:
                 fp32 = Path(tmp) / "fp32.onnx"
-                _export_onnx(module, vocab, fp32)
+                _export_onnx(module, vocab, fp32, cfg.arch)
                 quantized = _quantize_onnx(fp32, Path(tmp) / "int8.onnx", quantize_embeddings=quantize_embeddings,
                                            per_channel=per_channel)
                 os.replace(Path(tmp) / "int8.onnx", model_path)
         else:
-            _export_onnx(module, vocab, model_path)
+            _export_onnx(module, vocab, model_path, cfg.arch)
     else:
-        quantized = _export_torchscript(module, vocab, model_path, int8=int8, quantize_embeddings=quantize_embeddings)
+        quantized = _export_torchscript(module, vocab, model_path, cfg.arch, int8=int8,
+                                        quantize_embeddings=quantize_embeddings)
     (folder / "vocab.json").write_text(vocab.to_json() + "\n", encoding="utf-8")
     from privasr import __version__
 
@@ -273,8 +305,7 @@ def export_lm(model: Any, vocab: Vocabulary, out: str | os.PathLike[str], *, to:
         "int8": int8, "quantized_ops": quantized, "per_channel": per_channel if int8 and to == "onnx" else False,
         "config": cfg.to_dict(), "arch": cfg.arch, "softmax": cfg.softmax,
         "max_len": int(cfg.max_len), "learned_positions": cfg.arch == "transformer" and cfg.positions == "learned",
-        "inputs": {"ids": "int64 [batch, time]", "rows": "int64 [pairs] (index into batch * time)",
-                   "targets": "int64 [pairs]", "bias": "float32 [V]"},
+        "input_names": _inputs(cfg.arch),
         "outputs": {"logprob": "float32 [pairs], natural log"},
         "opset": OPSET if to == "onnx" else None, "torch": torch.__version__, "privasr": __version__,
         "source": dict(source or {}),
@@ -336,7 +367,9 @@ class ExportedNeuralLM:
     Args:
         folder: the export folder.
         threads: intra-op threads.
-        batch_tokens: most padded positions (sentences x longest length) per graph call.
+        batch_tokens: most positions (Transformer: packed trie nodes; LSTM: sentences x longest length) per
+            graph call.
+        row_len: Transformer rows hold at most this many trie nodes (raised to the longest sentence).
         log_bias: natural-log bias per word id (length ``len(vocab)``), or ``None``.
         renormalize: renormalise the biased distribution (bias inside the graph) instead of the unnormalised
             rescaling.
@@ -347,9 +380,9 @@ class ExportedNeuralLM:
     runtime = ""
 
     def __init__(self, folder: str | os.PathLike[str], *, threads: int = 1, batch_tokens: int = 1024,
-                 log_bias: Any = None, renormalize: bool = False, spread_unk: bool = True,
+                 row_len: int = 128, log_bias: Any = None, renormalize: bool = False, spread_unk: bool = True,
                  verify: bool = True) -> None:
-        for name, value in (("threads", threads), ("batch_tokens", batch_tokens)):
+        for name, value in (("threads", threads), ("batch_tokens", batch_tokens), ("row_len", row_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r}", expected="a positive integer")
         for name, value in (("renormalize", renormalize), ("spread_unk", spread_unk)):
@@ -369,6 +402,7 @@ class ExportedNeuralLM:
         self.model_path = self.folder / str(meta["model_file"])
         self.threads = threads
         self.batch_tokens = batch_tokens
+        self.row_len = row_len
         self.renormalize = renormalize
         self.spread_unk = spread_unk
         self._unk_log10 = float(np.log10(self.vocab.unk_types + 1)) if spread_unk else 0.0
@@ -382,9 +416,8 @@ class ExportedNeuralLM:
     def _load(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _run(self, ids: np.ndarray, rows: np.ndarray, targets: np.ndarray,
-             bias: np.ndarray | None) -> np.ndarray:  # pragma: no cover
-        """The graph's ``logprob`` (``bias``: the in-graph bias, ``None`` for none)."""
+    def _run(self, feeds: dict[str, np.ndarray], bias: np.ndarray | None) -> np.ndarray:  # pragma: no cover
+        """The graph's ``logprob`` for the inputs ``feeds`` (``bias``: the in-graph bias, ``None`` for none)."""
         raise NotImplementedError
 
     # -- bias --------------------------------------------------------------------------------------------------------
@@ -454,8 +487,34 @@ class ExportedNeuralLM:
         if self._max_pos is not None and n_tok and max(n_tok) > self._max_pos:
             raise InputError(f"a sentence of {max(n_tok) - 1} words is longer than the model's {self._max_pos} "
                              "positions")
-        ln: list[np.ndarray] = [np.zeros(0) for _ in sents]
-        order = sorted((i for i in range(len(sents)) if n_tok[i]), key=n_tok.__getitem__)
+        if self.arch == "transformer":
+            ln = self._score_tree(ids, n_tok, eos)
+        else:
+            ln = self._score_padded(ids, n_tok, eos)
+        eos_t = (EOS,) if eos else ()
+        result = []
+        for s, lp in zip(sents, ln, strict=True):
+            oov = np.array([w not in vocab for w in s] + ([False] if eos else []), dtype=bool)
+            lp10 = lp / LN10
+            if self._unk_log10 and oov.any():
+                lp10 = lp10 - np.where(oov, self._unk_log10, 0.0)
+            result.append(SentenceScore(s + eos_t, lp10, oov))
+        return result
+
+
+    def _logprob(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The graph's natural-log scores (float64) with the bias: in the graph when renormalising, else added."""
+        out = np.asarray(self._run(feeds, self._graph_bias), dtype=np.float64)
+        if self.log_bias is not None and not self.renormalize:
+            out = out + self.log_bias[feeds["targets"]]
+        return out
+
+    def _score_padded(self, ids: list[list[int]], n_tok: list[int], eos: bool) -> list[np.ndarray]:
+        """LSTM: sentences sorted by length in padded batches; the output layer once per distinct (prefix, next
+        word) pair, at the first position that has it."""
+        vocab = self.vocab
+        ln: list[np.ndarray] = [np.zeros(0) for _ in ids]
+        order = sorted((i for i in range(len(ids)) if n_tok[i]), key=n_tok.__getitem__)
         lo = 0
         while lo < len(order):
             hi = lo + 1
@@ -485,22 +544,56 @@ class ExportedNeuralLM:
                     idx.append(j)
                 where.append(idx)
             tg = np.array(targets, dtype=np.int64)
-            out = np.asarray(self._run(inp, np.array(rows, dtype=np.int64), tg, self._graph_bias), dtype=np.float64)
-            if self.log_bias is not None and not self.renormalize:
-                out = out + self.log_bias[tg]
+            out = self._logprob({"ids": inp, "rows": np.array(rows, dtype=np.int64), "targets": tg})
             for i, idx in zip(batch, where, strict=True):
                 ln[i] = out[idx]
             lo = hi
-        eos_t = (EOS,) if eos else ()
-        result = []
-        for s, lp in zip(sents, ln, strict=True):
-            oov = np.array([w not in vocab for w in s] + ([False] if eos else []), dtype=bool)
-            lp10 = lp / LN10
-            if self._unk_log10 and oov.any():
-                lp10 = lp10 - np.where(oov, self._unk_log10, 0.0)
-            result.append(SentenceScore(s + eos_t, lp10, oov))
-        return result
+        return ln
 
+    def _score_tree(self, ids: list[list[int]], n_tok: list[int], eos: bool) -> list[np.ndarray]:
+        """Transformer: the sentences' prefix trie packed into rows with a tree attention mask (as
+        :class:`~privasr.lm.neural.scorer.NeuralLM` does), every distinct prefix run once, the output layer once
+        per distinct (prefix, next word) pair."""
+        vocab = self.vocab
+        out: list[np.ndarray] = [np.zeros(0) for _ in ids]
+        live = [i for i, n in enumerate(n_tok) if n]
+        if not live:
+            return out
+        trie = PrefixTrie.build([tuple(ids[i]) if eos else tuple(ids[i][:-1]) for i in live],
+                                root_token=vocab.bos_id)
+        flat_nodes, _ = trie.paths()
+        eos_id = vocab.eos_id
+        targets = np.fromiter((t for i in live for t in ([*ids[i], eos_id] if eos else ids[i])), dtype=np.int64,
+                              count=len(flat_nodes))
+        v = len(vocab)
+        keys, inverse = np.unique(flat_nodes * v + targets, return_inverse=True)
+        pair_node, pair_tgt = np.divmod(keys, v)
+        row_len = max(min(self.row_len, self.batch_tokens), int(trie.depth.max()) + 1)
+        packed = pack_rows(trie, trie.segments(row_len), row_len)
+        per_call = max(1, self.batch_tokens // row_len)
+        fill = (packed.nodes >= 0).sum(axis=1)
+        pair_ln = np.empty(len(keys), dtype=np.float64)
+        for r0 in range(0, len(packed), per_call):
+            r1 = min(len(packed), r0 + per_call)
+            width = int(fill[r0:r1].max())
+            nodes = packed.nodes[r0:r1, :width]
+            own = packed.own[r0:r1, :width]
+            at = np.full(len(trie), -1, dtype=np.int64)
+            at[nodes[own]] = np.flatnonzero(own)  # each node's own position in these rows (flattened)
+            sel = np.flatnonzero(at[pair_node] >= 0)
+            if not sel.size:
+                continue
+            feeds = {"ids": np.where(nodes >= 0, trie.token[np.maximum(nodes, 0)], eos_id),
+                     "positions": np.ascontiguousarray(packed.positions[r0:r1, :width]),
+                     "mask": np.ascontiguousarray(packed.attention(slice(r0, r1))[:, :width, :width]),
+                     "rows": at[pair_node[sel]], "targets": np.ascontiguousarray(pair_tgt[sel])}
+            pair_ln[sel] = self._logprob(feeds)
+        flat = pair_ln[inverse.ravel()]
+        lo = 0
+        for i in live:
+            out[i] = flat[lo:lo + n_tok[i]]
+            lo += n_tok[i]
+        return out
 
 class OnnxNeuralLM(ExportedNeuralLM):
     """An ONNX export scored with onnxruntime on the CPU (``threads`` intra-op threads, one inter-op thread,
@@ -567,10 +660,9 @@ class OnnxNeuralLM(ExportedNeuralLM):
         self._sessions[with_bias] = sess
         return sess
 
-    def _run(self, ids: np.ndarray, rows: np.ndarray, targets: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        feeds = {"ids": ids, "rows": rows, "targets": targets}
+    def _run(self, feeds: dict[str, np.ndarray], bias: np.ndarray | None) -> np.ndarray:
         if bias is not None:
-            feeds["bias"] = bias
+            feeds = {**feeds, "bias": bias}
         return self._session(bias is not None).run(["logprob"], feeds)[0]
 
 
@@ -590,17 +682,17 @@ class TorchScriptNeuralLM(ExportedNeuralLM):
             raise InputError(f"torch.jit cannot load the model ({first})", path=self.model_path,
                              expected="a TorchScript file written by privasr lm export") from None
 
-    def _run(self, ids: np.ndarray, rows: np.ndarray, targets: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    def _run(self, feeds: dict[str, np.ndarray], bias: np.ndarray | None) -> np.ndarray:
         import torch
 
         if bias is None:
             bias = np.zeros(len(self.vocab), dtype=np.float32)
+        args = [torch.from_numpy(feeds[n]) for n in self.meta["input_names"] if n != "bias"]
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
             with torch.inference_mode():
-                out = self.module(torch.from_numpy(ids), torch.from_numpy(rows), torch.from_numpy(targets),
-                                  torch.from_numpy(bias))
+                out = self.module(*args, torch.from_numpy(bias))
         finally:
             torch.set_num_threads(before)
         return out.numpy()
