@@ -25,7 +25,8 @@ def test_device_quick_on_synthetic_data(tmp_path: Path, monkeypatch: pytest.Monk
     res = json.loads((tmp_path / "b" / "results.json").read_text())
     assert res["config"]["model_source"].startswith("freshly initialised")
     assert res["config"]["data"].startswith("synthetic")
-    assert set(m["latency_ms"]) == {"pytorch_fp32", "onnx_fp32", "onnx_int8", "torchscript_int8"}
+    assert set(m["latency_ms"]) == {"pytorch_fp32", "onnx_fp32", "onnx_int8", "onnx_int8_per_tensor",
+                                    "torchscript_int8"}
     assert all(v["p50"] > 0 and v["p95"] >= v["p50"] for v in m["latency_ms"].values())
     assert m["agreement"]["onnx_fp32"]["max_abs_diff_nats"] < 1e-4
     assert m["size_bytes"]["onnx_int8"] < m["size_bytes"]["onnx_fp32"]

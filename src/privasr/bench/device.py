@@ -1,5 +1,6 @@
 """What a phone pays for personalisation: rescoring latency and model size of the NNLM on one core (PyTorch
-fp32, ONNX fp32, ONNX int8, TorchScript int8) and the peak memory of an FMP client and a fedlm client round.
+fp32, ONNX fp32, ONNX int8 per channel and per tensor, TorchScript int8) and the peak memory of an FMP client
+and a fedlm client round.
 
 **Model**: the ``small-transformer`` NNLM the FMP and fedlm AMI configs share (``runs/cache/nnlm.pt`` under the
 current folder, written by ``privasr fmp run --config configs/fmp-ami-adapted.yaml``) when it is there; else a
@@ -33,7 +34,8 @@ import-only process is the baseline, and the increments over it are reported too
 
 Metrics: ``latency_ms`` (p50/p95 per system), ``size_bytes``, ``int8_size_ratio`` (ONNX int8 / ONNX fp32 model
 file; target <= 0.30), ``int8_size_vs_checkpoint``, ``speedup_int8_p50`` / ``_p95`` (PyTorch fp32 / ONNX int8
-latency; target >= 2), ``speedup_onnx_fp32_p50``, ``speedup_torchscript_int8_p50``, ``max_abs_diff_nats`` and
+latency; target >= 2), ``speedup_onnx_fp32_p50``, ``speedup_int8_per_tensor_p50``, ``speedup_torchscript_int8_p50``,
+``max_abs_diff_nats`` and
 ``mean_abs_diff_nats`` per export, ``memory_*`` (bytes).
 """
 
@@ -214,10 +216,11 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         systems: dict[str, Any] = {"pytorch_fp32": NeuralLM(model, vocab)}
         sizes = {"checkpoint": ck_path.stat().st_size}
         export_s = {}
-        for name, to, int8 in (("onnx_fp32", "onnx", False), ("onnx_int8", "onnx", True),
-                               ("torchscript_int8", "torchscript", True)):
+        for name, to, int8, per_channel in (("onnx_fp32", "onnx", False, True), ("onnx_int8", "onnx", True, True),
+                                            ("onnx_int8_per_tensor", "onnx", True, False),
+                                            ("torchscript_int8", "torchscript", True, True)):
             t0 = time.perf_counter()
-            info = export_lm(model, vocab, tmp / name, to=to, int8=int8)
+            info = export_lm(model, vocab, tmp / name, to=to, int8=int8, per_channel=per_channel)
             export_s[name] = time.perf_counter() - t0
             sizes[name] = info.model_bytes
             systems[name] = (OnnxNeuralLM if to == "onnx" else TorchScriptNeuralLM)(tmp / name, threads=1)
@@ -267,6 +270,7 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         "speedup_int8_p95": p95["pytorch_fp32"] / p95["onnx_int8"],
         "speedup_onnx_fp32_p50": p50["pytorch_fp32"] / p50["onnx_fp32"],
         "speedup_torchscript_int8_p50": p50["pytorch_fp32"] / p50["torchscript_int8"],
+        "speedup_int8_per_tensor_p50": p50["pytorch_fp32"] / p50["onnx_int8_per_tensor"],
         "agreement": agree, "export_s": export_s,
         "memory_baseline_maxrss_bytes": base["maxrss"],
         "memory_fmp_client_maxrss_bytes": fmp_mem["maxrss"],
@@ -279,8 +283,9 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     }
     config = {"benchmark": "device", "data": data, "model_source": source, "model": model.config.to_dict(),
               "systems": names, "onnxruntime_threads": 1, "torch_threads": 1,
-              "int8": "dynamic: ONNX MatMul/Gemm/LSTM/Gather (onnxruntime quantize_dynamic, QInt8 per tensor); "
-                      "TorchScript nn.Linear/nn.LSTM/nn.Embedding (torch.ao quantize_dynamic)"}
+              "int8": "dynamic, the export's defaults: ONNX MatMul/Gemm/LSTM/Gather (onnxruntime quantize_dynamic, "
+                      "QInt8 per channel); TorchScript nn.Linear (per channel), nn.LSTM, nn.Embedding (torch.ao "
+                      "quantize_dynamic)"}
     write_results(out, config=config, seed=seed, metrics=metrics)
     (out / "report.md").write_text(_report(config, metrics), encoding="utf-8")
     return metrics

@@ -36,8 +36,9 @@ def register(app: typer.Typer) -> None:
                                            "LSTM layers, output layer, embeddings).")] = False,
         embeddings: Annotated[bool, typer.Option("--int8-embeddings/--fp32-embeddings", help="With --int8: "
                                                  "quantise the embedding tables too.")] = True,
-        per_channel: Annotated[bool, typer.Option("--per-channel", help="With --int8 and onnx: one scale per "
-                                                  "output channel.")] = False,
+        per_channel: Annotated[bool | None, typer.Option(
+            "--per-channel/--per-tensor", help="With --int8: one scale per output channel of each weight (the "
+            "default) or one per tensor.", show_default=False)] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print meta.json.")] = False,
     ) -> None:
         """Export a neural LM checkpoint for on-device scoring (ONNX or TorchScript, fp32 or int8)."""
@@ -45,9 +46,9 @@ def register(app: typer.Typer) -> None:
 
         if to not in ("onnx", "torchscript"):
             raise InputError(f"--to {to!r}", expected="onnx or torchscript")
-        if per_channel and not (int8 and to == "onnx"):
-            raise InputError("--per-channel without --int8 --to onnx", expected="--per-channel only with an int8 "
-                             "ONNX export")
+        if per_channel is not None and not int8:
+            raise InputError(f"--{'per-channel' if per_channel else 'per-tensor'} without --int8",
+                             expected="--per-channel or --per-tensor only with --int8")
         check_output_dir(out)
         if to == "onnx":
             try:
@@ -62,7 +63,7 @@ def register(app: typer.Typer) -> None:
         load_checkpoint(checkpoint)  # bad input fails here, before the output folder is made
         with output_dir(out):
             info = export_checkpoint(checkpoint, out, to=to, int8=int8, quantize_embeddings=embeddings,
-                                     per_channel=per_channel)
+                                     per_channel=True if per_channel is None else per_channel)
         if json_out:
             out_console.print_json(json.dumps(info.meta))
         err_console.print(f"{info.meta['arch']} ({info.meta['softmax']} softmax) -> {out / info.meta['model_file']}: "

@@ -102,15 +102,16 @@ def test_learned_positions_and_tied_embeddings(tmp_path, preset):
     assert np.abs(_ln(NeuralLM(model, vocab).score_batch(SENTS)) - _ln(got.score_batch(SENTS))).max() < FP32_TOL
 
 
-@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-lstm", "tiny-lstm-class"])
-def test_int8_onnx_is_quantised_and_close(tmp_path, preset):
+@pytest.mark.parametrize(("preset", "per_channel"), [("tiny-transformer", True), ("tiny-transformer", False),
+                                                     ("tiny-lstm", True), ("tiny-lstm-class", True)])
+def test_int8_onnx_is_quantised_and_close(tmp_path, preset, per_channel):
     # initialisation-scale weights: int8's error grows with the logits' range (about 0.1 nats per sentence on
     # the real 12k-word model, docs/device.md)
     model, vocab = _model(preset, scale=1.0)
     fp32 = export_lm(model, vocab, tmp_path / "f", to="onnx")
-    q = export_lm(model, vocab, tmp_path / "q", to="onnx", int8=True)
+    q = export_lm(model, vocab, tmp_path / "q", to="onnx", int8=True, per_channel=per_channel)
     meta = json.loads((tmp_path / "q" / "meta.json").read_text())
-    assert meta["int8"] is True and "MatMul" in meta["quantized_ops"]
+    assert meta["int8"] is True and "MatMul" in meta["quantized_ops"] and meta["per_channel"] is per_channel
     import onnx
 
     ops = {n.op_type for n in onnx.load(str(q.folder / "model.onnx")).graph.node}
@@ -126,9 +127,10 @@ def test_int8_onnx_is_quantised_and_close(tmp_path, preset):
     assert renorm.max() < INT8_TOL
 
 
-@pytest.mark.parametrize("int8", [False, True])
-def test_torchscript_export(tmp_path, int8):
-    model, vocab = _model("tiny-lstm", scale=1.0 if int8 else 3.0)
+@pytest.mark.parametrize(("preset", "int8"), [("tiny-lstm", False), ("tiny-lstm", True), ("tiny-transformer", True),
+                                            ("tiny-transformer", False)])
+def test_torchscript_export(tmp_path, preset, int8):
+    model, vocab = _model(preset, scale=1.0 if int8 else 3.0)
     export_lm(model, vocab, tmp_path / "t", to="torchscript", int8=int8)
     got = load_exported(tmp_path / "t")
     assert isinstance(got, TorchScriptNeuralLM) and got.model_path.name == "model.pt"
@@ -171,7 +173,10 @@ def test_cli_export_and_bad_inputs(tmp_path, capsys):
     save_checkpoint(ck, model, vocab, model.config)
     assert main(["lm", "export", str(ck), "--to", "onnx", "--int8", "--out", str(tmp_path / "q")]) == 0
     meta = json.loads((tmp_path / "q" / "meta.json").read_text())
-    assert meta["int8"] and meta["softmax"] == "class" and meta["source"]["checkpoint"] == str(ck)
+    assert meta["int8"] and meta["per_channel"] and meta["softmax"] == "class"
+    assert meta["source"]["checkpoint"] == str(ck)
+    assert main(["lm", "export", str(ck), "--int8", "--per-tensor", "--out", str(tmp_path / "p")]) == 0
+    assert json.loads((tmp_path / "p" / "meta.json").read_text())["per_channel"] is False
     assert main(["lm", "export", str(ck), "--to", "torchscript", "--out", str(tmp_path / "t")]) == 0
     assert (tmp_path / "t" / "model.pt").is_file()
     capsys.readouterr()
@@ -182,7 +187,8 @@ def test_cli_export_and_bad_inputs(tmp_path, capsys):
                  ["lm", "export", str(ck), "--out", str(tmp_path / "taken")],
                  ["lm", "export", str(ck), "--out", str(tmp_path / "taken" / "sub")],
                  ["lm", "export", str(ck), "--to", "tflite", "--out", str(tmp_path / "x")],
-                 ["lm", "export", str(ck), "--per-channel", "--out", str(tmp_path / "x")]):
+                 ["lm", "export", str(ck), "--per-channel", "--out", str(tmp_path / "x")],
+                 ["lm", "export", str(ck), "--per-tensor", "--out", str(tmp_path / "x")]):
         assert main(args) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
