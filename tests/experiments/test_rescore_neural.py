@@ -50,7 +50,7 @@ def _cfg(files, tmp_path: Path, **over):
         ({"lms.nn.neural.train.model": {"layerz": 1}}, "layerz"),
         ({"lms.nn.neural.train.valid": None}, "'lms.nn.neural.train.valid' is None"),
         ({"lms.nn.neural.checkpoint": "x.pt"}, "exactly one of 'checkpoint' and 'train'"),
-        ({"lms.nn.arpa": "x.arpa"}, "exactly one of 'arpa', 'train' and 'neural'"),
+        ({"lms.nn.arpa": "x.arpa"}, "exactly one of 'arpa', 'train', 'neural' and 'onnx'"),
         ({"lms.nn.neural.batch_tokens": 0}, "batch_tokens"),
         ({"lms.nn.neural.spread_unk": "yes"}, "spread_unk"),
         ({"eval.baseline_lms": ["tyo"]}, "unknown LM"),

@@ -187,10 +187,11 @@ def ppl(
 
 
 def _register_adaptation() -> None:
-    from privasr.cli import lm_adapt, lm_neural_approx
+    from privasr.cli import lm_adapt, lm_export, lm_neural_approx
 
     lm_adapt.register(app)
     lm_neural_approx.register(app)
+    lm_export.register(app)
 
 
 _register_adaptation()

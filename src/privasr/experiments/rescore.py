@@ -680,6 +680,8 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
                 nt = i["neural"].get("train")
                 src = (f"neural {nt['preset']} trained on {nt['text']} ({i['tokens']:,} tokens)" if nt else
                        f"neural checkpoint {i['neural']['checkpoint']}") + (", cached" if i.get("cached") else "")
+            elif "onnx" in i:
+                src = f"ONNX export {i['onnx']['dir']} ({'int8' if i['int8'] else 'fp32'}, onnxruntime)"
             else:
                 src = i.get("arpa") if "train" not in i else \
                     f"trained on {i['train']['text']} ({i['tokens']:,} tokens)" + (", cached" if i.get("cached") else "")

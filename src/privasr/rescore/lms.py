@@ -17,6 +17,10 @@ and ``fedlm run``) is one of::
                                     # trained on the fly with privasr.lm.neural.train.train_lm (model: config
                                     # overrides of the preset; options: TrainOptions fields), cached as
                                     # CACHE/NAME.pt + NAME.json and reused while the spec matches
+    NAME: {onnx: DIR}               # an export folder of privasr lm export (ONNX, fp32 or int8; the `onnx`
+    NAME: {onnx: {dir: DIR, threads: 1, batch_tokens: 1024, spread_unk: true, graph_optimization: all}}
+                                    # extra), scored with onnxruntime on the CPU
+                                    # (privasr.lm.neural.export.OnnxNeuralLM)
 
 :class:`LMSettings` is that entry's schema (:mod:`privasr.config`); :meth:`LMSettings.spec` names it and
 gives the :class:`LMSpec` that :func:`build_lm` loads or trains.
@@ -50,8 +54,8 @@ from privasr.errors import ConfigError, InputError
 from privasr.lm.base import LanguageModel
 from privasr.rescore.combine import LMScoreCache
 
-__all__ = ["LMSpec", "LMSettings", "NgramTrainSettings", "NeuralSettings", "NeuralTrainSettings", "build_lm",
-           "train_options", "ref_perplexity"]
+__all__ = ["LMSpec", "LMSettings", "NgramTrainSettings", "NeuralSettings", "NeuralTrainSettings", "OnnxSettings",
+           "build_lm", "train_options", "ref_perplexity"]
 
 
 # ---------------------------------------------------------------------------------------------- settings
@@ -151,12 +155,38 @@ class NeuralSettings:
 
 
 @dataclass(frozen=True)
+class OnnxSettings:
+    """``{onnx: {...}}`` (or ``{onnx: DIR}``): an exported model (``privasr lm export``) scored with onnxruntime.
+
+    >>> from privasr.config import Context, from_mapping
+    >>> from_mapping(LMSettings, {"onnx": "exp"}, "lms.x", Context(False)).spec("x").to_dict()["onnx"]["threads"]
+    1
+    """
+
+    dir: Path = setting(exists="folder")
+    threads: int = setting(1, min=1)
+    batch_tokens: int = setting(1024, min=1)
+    spread_unk: bool = True
+    graph_optimization: str = setting("all", choices=("all", "extended", "basic", "none"))
+
+    @classmethod
+    def __config_value__(cls, value: Any, where: str) -> Any:
+        """A folder path is short for ``{dir: PATH}``."""
+        return {"dir": value} if isinstance(value, str) else value
+
+    def __config_dict__(self) -> dict[str, Any]:
+        return {"dir": str(self.dir), "threads": self.threads, "batch_tokens": self.batch_tokens,
+                "spread_unk": self.spread_unk, "graph_optimization": self.graph_optimization}
+
+
+@dataclass(frozen=True)
 class LMSettings:
-    """One LM entry of a config (module docstring): exactly one of ``arpa``, ``train`` and ``neural``."""
+    """One LM entry of a config (module docstring): exactly one of ``arpa``, ``train``, ``neural`` and ``onnx``."""
 
     arpa: Path | None = setting(None, exists="file")
     train: NgramTrainSettings | None = None
     neural: NeuralSettings | None = None
+    onnx: OnnxSettings | None = None
 
     @classmethod
     def __config_value__(cls, value: Any, where: str) -> Any:
@@ -164,10 +194,11 @@ class LMSettings:
         if isinstance(value, str):
             return {"arpa": value}
         if isinstance(value, Mapping):
-            if "neural" in value:
+            if "neural" in value or "onnx" in value:
                 if len(value) > 1:
-                    raise ConfigError(f"config key {where!r} needs exactly one of 'arpa', 'train' and 'neural'",
-                                      expected="an ARPA path, {train: {...}} or {neural: {...}}")
+                    raise ConfigError(f"config key {where!r} needs exactly one of 'arpa', 'train', 'neural' and "
+                                      "'onnx'", expected="an ARPA path, {train: {...}}, {neural: {...}} or "
+                                      "{onnx: DIR}")
             elif ("arpa" in value) == ("train" in value) and set(value) <= {"arpa", "train"}:
                 raise ConfigError(f"config key {where!r} needs exactly one of 'arpa' and 'train'",
                                   expected="an ARPA path or {train: {text: ..., order: ...}}")
@@ -177,6 +208,8 @@ class LMSettings:
         """The :class:`LMSpec` of this entry under ``name``."""
         if self.neural is not None:
             return LMSpec(name, neural=self.neural.__config_dict__())
+        if self.onnx is not None:
+            return LMSpec(name, onnx=self.onnx.__config_dict__())
         if self.arpa is not None:
             return LMSpec(name, arpa=self.arpa)
         assert self.train is not None
@@ -189,7 +222,8 @@ class LMSettings:
 
 @dataclass(frozen=True)
 class LMSpec:
-    """One language model to load or train: an ARPA file, an n-gram training spec or a neural spec."""
+    """One language model to load or train: an ARPA file, an n-gram training spec, a neural spec or an ONNX
+    export."""
 
     name: str
     arpa: Path | None = None
@@ -198,11 +232,14 @@ class LMSpec:
     prune: Any = None
     normalize: Any = None
     neural: Mapping[str, Any] | None = None
+    onnx: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description."""
         if self.neural is not None:
             return {"neural": copy.deepcopy(dict(self.neural))}
+        if self.onnx is not None:
+            return {"onnx": dict(self.onnx)}
         if self.arpa is not None:
             return {"arpa": str(self.arpa)}
         return {"train": {"text": self.text, "order": self.order, "prune": self.prune, "normalize": self.normalize}}
@@ -243,6 +280,8 @@ def build_lm(spec: LMSpec, cache_dir: Path | None, data: Path | None = None) -> 
 
     if spec.neural is not None:
         return _build_neural(spec, cache_dir, data)
+    if spec.onnx is not None:
+        return _build_onnx(spec)
     t0 = time.perf_counter()
     if spec.arpa is not None:
         lm = read_arpa(spec.arpa)
@@ -367,6 +406,25 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
     info["vocab_size"] = len(lm.vocab)
     info["parameters"] = int(sum(p.numel() for p in lm.model.parameters()))
     info["seconds"] = time.perf_counter() - t0
+    return lm, info
+
+
+def _build_onnx(spec: LMSpec) -> tuple[LanguageModel, dict[str, Any]]:
+    """An export folder as an :class:`~privasr.lm.neural.export.OnnxNeuralLM` (files checked against meta.json)."""
+    try:
+        from privasr.lm.neural.export import OnnxNeuralLM
+    except ImportError:  # pragma: no cover - torch missing
+        raise ConfigError(f"language model {spec.name}: ONNX exports need the neural and onnx extras",
+                          expected="pip install privasr[neural,onnx]") from None
+    assert spec.onnx is not None
+    t0 = time.perf_counter()
+    o = spec.onnx
+    lm = OnnxNeuralLM(o["dir"], threads=o["threads"], batch_tokens=o["batch_tokens"], spread_unk=o["spread_unk"],
+                      graph_optimization=o["graph_optimization"])
+    info: dict[str, Any] = {"onnx": dict(o), "int8": lm.meta["int8"], "source": lm.meta.get("source", {}),
+                            "model_bytes": lm.model_bytes, "model_sha256": lm.meta["files"][lm.model_path.name],
+                            "order": "inf" if lm.arch == "lstm" else lm.order, "vocab_size": len(lm.vocab),
+                            "seconds": time.perf_counter() - t0}
     return lm, info
 
 
