@@ -131,7 +131,8 @@ def free_names(source: str) -> set[str]:
 
 
 _NEEDS_DATA = ("an4_features", "data_dir(", "PRIVASR_DATA", "../shared")
-PYTHON_BLOCKS = [pytest.param(src, id=where, marks=[pytest.mark.slow] if "an4_features" in src else [])
+_TRAINS = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the AN4 training example: minutes on a CPU
+PYTHON_BLOCKS = [pytest.param(src, id=where, marks=_TRAINS if "an4_features" in src else [])
                  for where, src in _python_blocks()]
 
 
