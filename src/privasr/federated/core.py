@@ -236,10 +236,13 @@ class SumAccumulator:
                 raise InputError(f"sparse update {name!r} #{bad} of the block: ids {np.shape(ids[bad])} "
                                  f"{np.asarray(ids[bad]).dtype}, values {np.shape(values[bad])}",
                                  expected="1-d integer ids and values of the same length")
-            if flat_ids.size and (flat_ids.min() < 0 or flat_ids.max() >= size):
+            try:  # bincount refuses negative ids and grows past ``size`` for too large ones: one pass checks both
+                summed = np.bincount(flat_ids, weights=flat_values, minlength=size)
+            except ValueError:
+                summed = np.zeros(size + 1)
+            if summed.size != size:
                 raise InputError(f"sparse update {name!r} has ids outside [0, {size})")
-            if flat_ids.size:
-                arrays[name] += np.bincount(flat_ids, weights=flat_values, minlength=size)
+            arrays[name] += summed
         merged = dict(self.metrics)
         for k, v in (metrics or {}).items():
             merged[k] = merged.get(k, 0.0) + float(v)
