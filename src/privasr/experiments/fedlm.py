@@ -351,6 +351,10 @@ class FedLmRunConfig:
             FedLmConfig.from_dict(self.fedlm)
         except ConfigError as e:
             raise ConfigError(f"config key 'fedlm': {e.message}", expected=e.expected) from None
+        if self.federated.secagg.enabled:  # before any work; the backend would refuse at round one
+            from privasr.federated.compression import check_no_secagg
+
+            check_no_secagg(FedLmConfig.from_dict(self.fedlm).compression, "fedlm")
         if self.fedlm.get("clip_norm") is None:
             if self.dp is not None:
                 raise ConfigError("config key 'dp' needs fedlm.clip_norm",

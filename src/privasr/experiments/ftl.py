@@ -265,6 +265,12 @@ class FtlRunConfig:
 
     def __config_check__(self, where: str, ctx: Context) -> FtlRunConfig:
         self._check_eval()
+        if self.federated.secagg.enabled:  # before any work; the backend would refuse at round one
+            from privasr.federated.compression import check_no_secagg
+
+            for what, c in (("ftl", self.ftl), ("baseline", self.baseline),
+                            *((f"tables.variants[{i}].ftl", v.ftl) for i, v in enumerate(self.tables.variants))):
+                check_no_secagg(c.compression, what)
         rows = tuple(dataclasses.replace(v, clients=v.clients or self.clients.key, ftl=_plain_temperature(v.ftl))
                      for v in self.tables.variants)
         central = self.centralised

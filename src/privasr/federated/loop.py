@@ -7,7 +7,9 @@
 3. the backend runs ``client_update`` for each (seeded by ``(seed, r, client, slot)``) and yields outcomes as
    they arrive; each successful :class:`~privasr.federated.core.Update` is folded in with
    ``algorithm.accumulate`` straight away (nothing is kept per client) and the client's new state is stored on
-   its "device" (a client drawn twice in one round keeps the state of its first slot);
+   its "device" (a client drawn twice in one round keeps the state of its first slot); without secure
+   aggregation and DP the round's metrics get the mean upload size ``upload_bytes`` (and, for fedlm and FTL,
+   ``upload_raw_bytes`` and ``upload_ratio``: :mod:`privasr.federated.compression`);
 4. clients that raised, timed out or vanished are dropped with a logged reason; if fewer than
    ``min_clients`` reported, the round fails with :class:`~privasr.federated.core.FederatedError` (the last
    checkpoint stays, so the run can be resumed);
@@ -44,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,9 +305,10 @@ def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTas
     (``min_clients``). A backend with ``secagg`` (SecAgg+) sums the updates itself: the server gets the sum only."""
     secure = getattr(backend, "secagg", None)
     if secure is None:
+        sizes: list[int] = []
         acc, reported, dropped, new_states, client_s = _gather(
-            algorithm, backend.run(algorithm, payload, tasks, client_timeout), r, expected=len(tasks))
-        return acc, reported, dropped, new_states, client_s, {}, None
+            algorithm, _sized(backend.run(algorithm, payload, tasks, client_timeout), sizes), r, expected=len(tasks))
+        return acc, reported, dropped, new_states, client_s, _upload_metrics(algorithm, sizes, privacy), None
     parts = min_clients if privacy is not None and secure.noise == "distributed" else None
     noise = None if parts is None or privacy is None else (privacy.mechanism.to_spec(), parts)
     outs, acc, clipped = backend.run_secure(algorithm, payload, tasks, client_timeout, noise)
@@ -323,6 +326,36 @@ def _block_accumulator(algorithm: Any) -> Any:
     if many is None or (one is not None and not issubclass(many, one)):
         return None
     return algorithm.accumulate_many
+
+
+def _sized(outcomes: Iterable[Any], sizes: list[int]) -> Iterator[Any]:
+    """``outcomes`` as they arrive, appending each update's payload bytes (``Update.nbytes``) to ``sizes``."""
+    for out in outcomes:
+        if out.ok:
+            sizes.append(out.update.nbytes)
+        yield out
+
+
+def _upload_metrics(algorithm: Any, sizes: Sequence[int], privacy: PrivacySettings | None) -> dict[str, float]:
+    """A round's upload figures: ``upload_bytes``, the mean payload bytes of a reporting client's update (its
+    arrays exactly: codes, scales, ids, values), and for algorithms with ``raw_update_bytes`` (fedlm, FTL) the
+    dense float32 size ``upload_raw_bytes`` and ``upload_ratio`` (raw / sent). With differential privacy none:
+    sizes can depend on the data (FMP's ids, skipped zero blocks) and the noise does not cover them.
+
+    >>> class Alg:
+    ...     def raw_update_bytes(self): return 4000
+    >>> _upload_metrics(Alg(), [1000, 1032], None)
+    {'upload_bytes': 1016.0, 'upload_raw_bytes': 4000.0, 'upload_ratio': 3.937007874015748}
+    """
+    if privacy is not None or not sizes:
+        return {}
+    out = {"upload_bytes": float(np.mean(sizes))}
+    raw = getattr(algorithm, "raw_update_bytes", None)
+    if raw is not None:
+        out["upload_raw_bytes"] = float(raw())
+        if out["upload_bytes"] > 0:
+            out["upload_ratio"] = out["upload_raw_bytes"] / out["upload_bytes"]
+    return out
 
 
 def _gather(algorithm: Any, outcomes: Iterable[Any], r: int, *, summed: bool = False, expected: int | None = None

@@ -48,7 +48,9 @@ does not cover, so they are reported only without clipping (with ``clip_norm`` s
 publishes ``clients`` and ``update_norm``, the norm of the noisy aggregated delta: post-processing).
 
 What crosses the boundary is only float32 arrays named like the model's parameters (plus the weight and the
-numeric metrics); the broadcast is the parameters. No word sequence leaves a client, but the words do: the
+numeric metrics), or with ``compression`` their encoded form (:mod:`privasr.federated.compression`: quantised
+after clipping, re-scaled so the decoded delta keeps ``clip_norm``; an error-feedback residual stays on the
+client); the broadcast is the parameters. No word sequence leaves a client, but the words do: the
 non-zero rows of the input-embedding delta are exactly the words the client trained on, and ``tokens`` is its
 exact count (docs/privacy.md). With ``clip_norm`` the guarantee is central DP: it covers the released model,
 not what the server sees before the noise.
@@ -81,6 +83,7 @@ import torch.nn.functional as F
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
+from privasr.federated.compression import CompressionSettings, check_no_secagg, compress, decompress
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -197,6 +200,9 @@ class FedLmConfig:
             ``weighting="uniform"``.
         weighting: ``"words"`` (eq. 6) or ``"uniform"``.
         server: a :func:`~privasr.federated.server_opt.make_server_optimizer` spec (a name or a mapping).
+        compression: how the client compresses its delta after clipping (``None``/``"none"``, or a
+            :class:`~privasr.federated.compression.CompressionSettings` mapping such as ``{kind: quantize, bits:
+            8}``); the server decodes every update before accumulating it. Not with secure aggregation.
 
     Raises:
         ConfigError: naming the field.
@@ -217,6 +223,7 @@ class FedLmConfig:
     clip_norm: float | None = None
     weighting: str = "words"
     server: Any = None
+    compression: Any = None
 
     def __post_init__(self) -> None:
         _choice("loss", self.loss, LOSSES)
@@ -251,11 +258,17 @@ class FedLmConfig:
             raise ConfigError(f"server={spec!r}", expected="a server optimiser name or a mapping with 'name'")
         make_server_optimizer(spec)  # validates
         object.__setattr__(self, "server", spec)
+        object.__setattr__(self, "compression", CompressionSettings.of(self.compression))
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as a plain dict (read back by :meth:`from_dict`)."""
+        """The configuration as a plain dict (read back by :meth:`from_dict`; ``compression`` only when on, so
+        runs without it keep their checkpoint keys)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["server"] = dict(self.server)
+        if self.compression.enabled:
+            d["compression"] = self.compression.to_dict()
+        else:
+            del d["compression"]
         return d
 
     @classmethod
@@ -268,7 +281,7 @@ class FedLmConfig:
         >>> FedLmConfig.from_dict({"lr": 1.0})
         Traceback (most recent call last):
         ...
-        privasr.errors.ConfigError: unknown FedLM setting 'lr' (expected one of ['loss', 'threshold', 'local_epochs', 'batch_size', 'client_lr', 'clip_norm', 'weighting', 'server'])
+        privasr.errors.ConfigError: unknown FedLM setting 'lr' (expected one of ['loss', 'threshold', 'local_epochs', 'batch_size', 'client_lr', 'clip_norm', 'weighting', 'server', 'compression'])
         """
         return config_from_dict(cls, d, "FedLM")
 
@@ -302,7 +315,9 @@ class FedLmAlgorithm(TorchModelAlgorithm):
     Server state: ``{"params": {name: float32 array}, "opt": the server optimiser's state}``. Payload: the
     parameters. Update: ``arrays = {name: float32 delta (client - global)}``, ``weight`` (words or 1),
     ``metrics = {"loss": weighted mean training loss, "tokens": targets with positive weight, "clipped": 0/1
-    (with clip_norm)}``.
+    (with clip_norm)}`` With ``compression`` the arrays are the encoded delta
+    (:mod:`privasr.federated.compression`: ``NAME#scales`` and ``NAME#codes``, or ``NAME#idx`` and ``NAME#val``),
+    decoded by :meth:`accumulate`; with error feedback the client state is ``{"residual": {name: float32}}``.
 
     Args:
         config: the hyper-parameters.
@@ -392,9 +407,26 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         return {"params": params, "opt": self.optimizer.init(params)}
 
     def accumulate(self, acc: SumAccumulator | None, update: Update) -> SumAccumulator:
-        """The weighted sum: ``acc + update.weight * delta`` (weights summed unscaled)."""
+        """The weighted sum: ``acc + update.weight * delta`` (weights summed unscaled); a compressed update is
+        decoded first."""
         acc = SumAccumulator.empty() if acc is None else acc
-        return acc.add(update, scale=update.weight)
+        return acc.add(self.decoded(update), scale=update.weight)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The model's parameter names and shapes (the dense arrays of a delta)."""
+        return {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
+
+    def raw_update_bytes(self) -> int:
+        """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
+        return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
+
+    def decoded(self, update: Update) -> Update:
+        """``update`` with its compressed arrays decoded into the dense delta (the update itself without
+        compression)."""
+        if not self.config.compression.enabled:
+            return update
+        return Update(decompress(update.arrays, self.param_shapes(), self.config.compression), update.weight,
+                      update.metrics)
 
     def secure_bound(self, bound: float | None) -> float:
         """The bound of every coordinate of a delta under secure aggregation: ``bound``, by default
@@ -402,6 +434,7 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         if self.config.clip_norm is None:
             raise ConfigError("secure aggregation of fedlm deltas without clip_norm",
                               expected="clip_norm set: the deltas must be bounded to be quantised for SecAgg+")
+        check_no_secagg(self.config.compression, "fedlm")
         return float(self.config.clip_norm if bound is None else bound)
 
     def secure_summand(self, update: Update, bound: float | None) -> Summand:
@@ -488,8 +521,10 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         return self.params_of(model), metrics
 
     def client_update(self, payload: Mapping[str, np.ndarray], client: FedLmClient, client_state: Any,
-                      rng: np.random.Generator) -> tuple[Update, None]:
-        """Train locally and send ``theta_i - theta_t`` (clipped to ``clip_norm`` when set); no client state."""
+                      rng: np.random.Generator) -> tuple[Update, Any]:
+        """Train locally and send ``theta_i - theta_t`` (clipped to ``clip_norm`` when set, then compressed
+        when ``compression`` is on); the client state is ``None``, or ``{"residual": ...}`` with error feedback
+        (kept on the device, never sent)."""
         start = self._check_params(payload, "the broadcast parameters")
         trained, m = self.local_train(start, client, rng)
         delta = {k: trained[k] - start[k] for k in start}
@@ -498,7 +533,13 @@ class FedLmAlgorithm(TorchModelAlgorithm):
             delta, clipped = _clip32(delta, self.config.clip_norm)
             metrics["clipped"] = float(clipped)
         weight = m["words"] if self.config.weighting == "words" else 1.0
-        return Update(arrays=delta, weight=weight, metrics=metrics), None
+        comp = self.config.compression
+        if not comp.enabled:
+            return Update(arrays=delta, weight=weight, metrics=metrics), None
+        residual = client_state.get("residual") if isinstance(client_state, Mapping) else None
+        sent, residual = compress(delta, comp, rng, residual, self.config.clip_norm)
+        return Update(arrays=sent, weight=weight, metrics=metrics), \
+            (None if residual is None else {"residual": residual})
 
     # -- evaluation -----------------------------------------------------------------------------------------
 

@@ -24,8 +24,9 @@ so nothing overflows and the server keeps one running copy of the model whatever
 (``replay_lr``, batches of ``replay_batch_size``) on held-out data of its own (``replay``: e.g. the data the
 seed model was trained on), which keeps the global model from drifting to the clients' distribution.
 
-What leaves a client: float32 parameter deltas, the weight (its number of target units) and the numeric
-metrics ``loss`` and ``units``; no features, no transcripts. A delta is a function of both, and FTL has no
+What leaves a client: float32 parameter deltas (or, with ``compression``, their encoded form:
+:mod:`privasr.federated.compression`), the weight (its number of target units) and the numeric metrics ``loss``
+and ``units``; no features, no transcripts. A delta is a function of both, and FTL has no
 differential privacy (docs/privacy.md).
 
 >>> import numpy as np
@@ -62,6 +63,7 @@ from privasr.asr.train import Example, evaluate_loss, spec_augment_stacked, trai
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
+from privasr.federated.compression import CompressionSettings, check_no_secagg, compress, decompress
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -134,6 +136,9 @@ class FtlConfig:
         replay_batch_size: utterances per replay batch.
         spec_augment: SpecAugment (2 frequency and 2 time masks, :func:`~privasr.asr.train.spec_augment_stacked`)
             on the client's utterances in local training, a fresh mask every time an utterance is seen.
+        compression: how the client compresses its delta (``None``/``"none"``, or a
+            :class:`~privasr.federated.compression.CompressionSettings` mapping such as ``{kind: topk, fraction:
+            0.1}``); the server decodes every update before weighting it. Not with secure aggregation.
 
     >>> FtlConfig(weighting="softmax", temperature=0)
     Traceback (most recent call last):
@@ -155,6 +160,7 @@ class FtlConfig:
     replay_lr: float = 0.1
     replay_batch_size: int = 8
     spec_augment: bool = False
+    compression: Any = None
 
     def __post_init__(self) -> None:
         for name, lo in (("local_epochs", 1), ("local_steps", 0), ("batch_size", 1), ("replay_steps", 0),
@@ -197,12 +203,18 @@ class FtlConfig:
             raise ConfigError(f"server={spec!r}", expected="a server optimiser name or a mapping with 'name'")
         make_server_optimizer(dict(spec))  # validates
         object.__setattr__(self, "server", dict(spec))
+        object.__setattr__(self, "compression", CompressionSettings.of(self.compression))
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as a plain dict (read back by :meth:`from_dict`)."""
+        """The configuration as a plain dict (read back by :meth:`from_dict`; ``compression`` only when on, so
+        runs without it keep their checkpoint keys)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["client_optimizer"] = dict(self.client_optimizer)
         d["server"] = dict(self.server)
+        if self.compression.enabled:
+            d["compression"] = self.compression.to_dict()
+        else:
+            del d["compression"]
         return d
 
     @classmethod
@@ -306,7 +318,9 @@ class FtlAlgorithm(TorchModelAlgorithm):
     def accumulate(self, acc: SumAccumulator | SoftmaxAccumulator | None,
                    update: Update) -> SumAccumulator | SoftmaxAccumulator:
         """Count/uniform weighting: ``acc + w_j delta_j``; softmax: fold ``delta_j`` with log-weight
-        ``-L_j / T`` into a running weighted mean. One running copy of the model either way."""
+        ``-L_j / T`` into a running weighted mean. One running copy of the model either way. A compressed update
+        is decoded first."""
+        update = self.decoded(update)
         if self.config.weighting != "softmax":
             acc = SumAccumulator.empty() if acc is None else acc
             assert isinstance(acc, SumAccumulator)
@@ -319,9 +333,26 @@ class FtlAlgorithm(TorchModelAlgorithm):
             acc.metrics[k] = acc.metrics.get(k, 0.0) + float(v)
         return acc
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The model's parameter names and shapes (the dense arrays of a delta)."""
+        return {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
+
+    def raw_update_bytes(self) -> int:
+        """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
+        return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
+
+    def decoded(self, update: Update) -> Update:
+        """``update`` with its compressed arrays decoded into the dense delta (the update itself without
+        compression)."""
+        if not self.config.compression.enabled:
+            return update
+        return Update(decompress(update.arrays, self.param_shapes(), self.config.compression), update.weight,
+                      update.metrics)
+
     def secure_bound(self, bound: float | None) -> float:
         """The bound of every coordinate of a client's weighted delta under secure aggregation: FTL's deltas
         have no natural one, so ``federated.secagg.bound`` must be set."""
+        check_no_secagg(self.config.compression, "ftl")
         if bound is None:
             raise ConfigError("secure aggregation of FTL deltas without federated.secagg.bound",
                               expected="a bound on every coordinate of a client's (weighted) delta")
@@ -375,8 +406,10 @@ class FtlAlgorithm(TorchModelAlgorithm):
     # -- client ---------------------------------------------------------------------------------------------
 
     def client_update(self, payload: Mapping[str, np.ndarray], client: FtlClient, client_state: Any,
-                      rng: np.random.Generator) -> tuple[Update, None]:
-        """Train from the broadcast parameters with the client optimiser; send ``w_j - w_s``."""
+                      rng: np.random.Generator) -> tuple[Update, Any]:
+        """Train from the broadcast parameters with the client optimiser; send ``w_j - w_s`` (compressed with
+        ``compression``; the client state is ``None``, or ``{"residual": ...}`` with error feedback, kept on
+        the device)."""
         if not isinstance(client, FtlClient):
             raise InputError(f"client is a {type(client).__name__}", expected="an FtlClient")
         start = self._check_params(payload, "the broadcast parameters")
@@ -384,7 +417,13 @@ class FtlAlgorithm(TorchModelAlgorithm):
         trained, loss, units = self._train(start, client.examples, c.client_optimizer, c.local_epochs,
                                            c.local_steps, c.batch_size, int(rng.integers(2 ** 31)), c.spec_augment)
         delta = {k: trained[k] - start[k] for k in start}
-        return Update(arrays=delta, weight=float(units), metrics={"loss": loss, "units": float(units)}), None
+        metrics = {"loss": loss, "units": float(units)}
+        if not c.compression.enabled:
+            return Update(arrays=delta, weight=float(units), metrics=metrics), None
+        residual = client_state.get("residual") if isinstance(client_state, Mapping) else None
+        sent, residual = compress(delta, c.compression, rng, residual)
+        return Update(arrays=sent, weight=float(units), metrics=metrics), \
+            (None if residual is None else {"residual": residual})
 
     # -- evaluation -----------------------------------------------------------------------------------------
 
