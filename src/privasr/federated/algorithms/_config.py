@@ -12,6 +12,8 @@ import numpy as np
 
 from privasr.config import from_mapping
 from privasr.errors import ConfigError, InputError
+from privasr.federated.compression import decompress
+from privasr.federated.core import Update
 
 __all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of", "TorchModelAlgorithm"]
 
@@ -143,3 +145,21 @@ class TorchModelAlgorithm:
     def broadcast(self, state: Mapping[str, Any], round: int) -> dict[str, np.ndarray]:
         """The global parameters."""
         return dict(state["params"])
+
+    # -- compressed deltas (the subclass's ``config.compression``, privasr.federated.compression) -----------
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The model's parameter names and shapes (the dense arrays of a delta)."""
+        return {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
+
+    def raw_update_bytes(self) -> int:
+        """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
+        return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
+
+    def decoded(self, update: Update) -> Update:
+        """``update`` with its compressed arrays decoded into the dense delta (the update itself without
+        compression)."""
+        compression = self.config.compression  # type: ignore[attr-defined]
+        if not compression.enabled:
+            return update
+        return Update(decompress(update.arrays, self.param_shapes(), compression), update.weight, update.metrics)

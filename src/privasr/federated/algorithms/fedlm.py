@@ -83,7 +83,7 @@ import torch.nn.functional as F
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
-from privasr.federated.compression import CompressionSettings, check_no_secagg, compress, decompress
+from privasr.federated.compression import CompressionSettings, check_no_secagg, compress
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -411,22 +411,6 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         decoded first."""
         acc = SumAccumulator.empty() if acc is None else acc
         return acc.add(self.decoded(update), scale=update.weight)
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The model's parameter names and shapes (the dense arrays of a delta)."""
-        return {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
-
-    def raw_update_bytes(self) -> int:
-        """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
-        return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
-
-    def decoded(self, update: Update) -> Update:
-        """``update`` with its compressed arrays decoded into the dense delta (the update itself without
-        compression)."""
-        if not self.config.compression.enabled:
-            return update
-        return Update(decompress(update.arrays, self.param_shapes(), self.config.compression), update.weight,
-                      update.metrics)
 
     def secure_bound(self, bound: float | None) -> float:
         """The bound of every coordinate of a delta under secure aggregation: ``bound``, by default

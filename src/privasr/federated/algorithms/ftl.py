@@ -63,7 +63,7 @@ from privasr.asr.train import Example, evaluate_loss, spec_augment_stacked, trai
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
-from privasr.federated.compression import CompressionSettings, check_no_secagg, compress, decompress
+from privasr.federated.compression import CompressionSettings, check_no_secagg, compress
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -332,22 +332,6 @@ class FtlAlgorithm(TorchModelAlgorithm):
         for k, v in update.metrics.items():
             acc.metrics[k] = acc.metrics.get(k, 0.0) + float(v)
         return acc
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The model's parameter names and shapes (the dense arrays of a delta)."""
-        return {k: tuple(p.shape) for k, p in self._get_model().named_parameters()}
-
-    def raw_update_bytes(self) -> int:
-        """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
-        return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
-
-    def decoded(self, update: Update) -> Update:
-        """``update`` with its compressed arrays decoded into the dense delta (the update itself without
-        compression)."""
-        if not self.config.compression.enabled:
-            return update
-        return Update(decompress(update.arrays, self.param_shapes(), self.config.compression), update.weight,
-                      update.metrics)
 
     def secure_bound(self, bound: float | None) -> float:
         """The bound of every coordinate of a client's weighted delta under secure aggregation: FTL's deltas
