@@ -50,9 +50,12 @@ def test_adapted_configs_validate(shared_data):
     loaders = {"rescore": load_config, "fmp": load_fmp_config, "fedlm": load_fedlm_config,
                "anon": load_anon_config}
     names = sorted(p.stem for p in REPO_CONFIGS.glob("*-adapted.yaml"))
-    assert len(names) == 9
+    assert len(names) == 10
     for name in names:
         raw = read_config(REPO_CONFIGS / f"{name}.yaml")
         assert raw["name"] == name
         assert all("ami-tts-nbest-adapted/" in str(raw["data"][k]) for k in ("dev", "test"))
-        loaders[name.split("-")[0]](raw)
+        if "onnx" in str(raw.get("lms", "")):  # its model is an export a documented command makes first
+            loaders[name.split("-")[0]](raw, check_files=False)
+        else:
+            loaders[name.split("-")[0]](raw)

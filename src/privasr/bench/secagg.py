@@ -166,6 +166,10 @@ class BenchDelta:
     secure_summand = FedLmAlgorithm.secure_summand
     from_secure_sum = FedLmAlgorithm.from_secure_sum
 
+    def decoded(self, update: Any) -> Any:
+        """The update as sent: the benchmark's deltas are never compressed (what ``accumulate`` decodes)."""
+        return update
+
     def __init__(self, dim: int, clip_norm: float = CLIP_NORM) -> None:
         self.dim = int(dim)
         self.config = FedLmConfig(clip_norm=float(clip_norm), weighting="uniform", server="fedavg")
