@@ -236,6 +236,8 @@ class SumAccumulator:
                 raise InputError(f"sparse update {name!r} #{bad} of the block: ids {np.shape(ids[bad])} "
                                  f"{np.asarray(ids[bad]).dtype}, values {np.shape(values[bad])}",
                                  expected="1-d integer ids and values of the same length")
+            if flat_ids.dtype.kind == "u":  # bincount takes signed ids (too large ones wrap negative: refused)
+                flat_ids = flat_ids.astype(np.int64)
             try:  # bincount refuses negative ids and grows past ``size`` for too large ones: one pass checks both
                 summed = np.bincount(flat_ids, weights=flat_values, minlength=size)
             except ValueError:
