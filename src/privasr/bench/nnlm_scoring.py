@@ -28,7 +28,10 @@ Metrics: ``speedup_vs_naive`` (naive time / engine time on the same lists; targe
 (engine FLOP/s over the matmul rate; target >= 0.4), ``max_abs_diff_vs_naive`` (log10, every token; must be <=
 1e-5, else the benchmark fails), ``*_tokens_per_s`` and ``*_hyps_per_s`` (scored tokens, ``</s>`` included,
 and hypotheses per second) for both paths, ``distinct_prefix_fraction`` (trie nodes / scored tokens),
-``flops_per_node``, ``matmul_gflops`` and ``engine_gflops``.
+``flops_per_node``, ``matmul_gflops`` and ``engine_gflops``. On CUDA also, from one profiled run of the engine
+(``torch.profiler``): ``gpu_kernel_s`` (the summed time of its CUDA kernels), ``gpu_busy_fraction`` (that over
+the run's wall time: well below 1 when the host, not the GPU, sets the pace) and ``kernel_roofline_fraction``
+(the FLOPs over the kernel time, against the matmul rate: how fast the kernels themselves are).
 """
 
 from __future__ import annotations
@@ -59,6 +62,27 @@ def flops_per_node(depth: np.ndarray, *, d: int, ffn: int, layers: int, vocab: i
 def matmul_rate(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
     """fp32 FLOP/s of ``torch.matmul`` on two ``n x n`` matrices (best of ``repeats``, after a warm-up)."""
     return matmul_flops(n, repeats, device=device)
+
+
+def _gpu_busy(fn: Any) -> tuple[float, float] | None:
+    """(seconds of CUDA kernels and copies, wall seconds, under the profiler) of one call of ``fn`` under torch's profiler; ``None`` if the
+    profiler cannot trace the device here."""
+    import time
+
+    import torch
+
+    try:
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+        kernels = sum(e.device_time_total for e in prof.events()
+                      if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
+    except Exception:  # noqa: BLE001 - profiling is a diagnostic; CUPTI may be missing
+        return None
+    return kernels / 1e6, wall
 
 
 def load_task(seed: int, quick: bool, lists: int) -> tuple[str, list[list[tuple[str, ...]]], list[tuple[str, ...]]]:
@@ -132,6 +156,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         raise RuntimeError(f"fast and naive scores differ by {diff} (log10)")
     peak = max(peak, matmul_rate(mm_n, device=device))
 
+    gpu = _gpu_busy(lambda: NeuralLM(model, vocab, device=device, batch_tokens=batch_tokens,
+                                     out_rows=out_rows).score_batch(hyps)) if cuda else None
     trie = PrefixTrie.build([tuple(vocab.encode(h)) for h in hyps])
     flops_nodes = flops_per_node(trie.depth, d=cfg.embed_dim, ffn=cfg.ffn_dim, layers=cfg.layers,
                                  vocab=len(vocab))
@@ -151,6 +177,11 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         "max_abs_diff_vs_naive": diff,
         "engine_tokens_per_s_by_batch_tokens": per_batch,
     }
+    if gpu is not None:
+        kernel_s, wall_s = gpu
+        metrics.update({"gpu_kernel_s": kernel_s, "gpu_profiled_wall_s": wall_s,
+                        "gpu_busy_fraction": kernel_s / wall_s,
+                        "kernel_roofline_fraction": float(flops_nodes.sum()) / kernel_s / peak if kernel_s else None})
     write_results(out, config={"benchmark": "nnlm-scoring", "data": data, "model": cfg.to_dict(),
                                "batch_tokens": batch_tokens, "batch_tokens_tried": batches, "row_len": lm.row_len,
                                "out_rows": lm.out_rows, "repeats": repeats, "device": device,

@@ -16,8 +16,10 @@ not counted as tokens. Everything is measured twice: with torch's default thread
 
 With ``--device cuda`` the paper-sized presets are measured too (``paper000_transformer_*``: d 256, 3 blocks;
 ``paper001_lstm_*``: 2 x 512), each in fp32 (no suffix; against an 8192 x 8192 fp32 matmul at torch's default
-precision, no TF32) and with bf16 autocast (suffix ``_amp``; against a bf16 matmul of the same size). Batches
-stay at 32 sentences, the size the experiments train with, so the GPU figures are far below its peak.
+precision, no TF32) and with bf16 autocast (suffix ``_amp``; against a bf16 matmul of the same size), at
+batches of 32 sentences (the size the experiments train with) and at the larger batches of
+:data:`CUDA_BATCH_SIZES` (suffix ``_b256``, ``_b1024``, then ``_amp`` for bf16);
+``*_best_fraction_of_matmul`` is the best fp32 fraction and ``*_best_fraction_setting`` its batch size.
 
 The ``small-lstm-class`` preset (the same LSTM with a class-factored softmax of ``sqrt(V)`` frequency-binned
 classes) is timed too: ``class_softmax_speedup_vs_full`` is its tokens/s over the full-softmax ``small-lstm``'s.
@@ -144,11 +146,22 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
             finally:
                 torch.set_num_threads(default_threads)
     else:
-        # fp32 and mixed precision (bf16 autocast), each against the matmul rate of its own dtype
+        # fp32 and mixed precision (bf16 autocast), each against the matmul rate of its own dtype; the paper-sized
+        # models also at the larger batches a GPU user trains with (suffix _b<size>)
         for amp, sfx in ((False, ""), (True, "_amp")):
             measured = _measure(sents, valid, opts.replace(amp=amp), warm, steps, seed, models, device=device,
                                 mm_dtype="bfloat16" if amp else "float32")
             metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
+            for bs in CUDA_BATCH_SIZES:
+                measured = _measure(sents, valid, opts.replace(amp=amp, batch_size=bs, max_epochs=10_000), warm, steps, seed,
+                                    _CUDA_MODELS, device=device, mm_dtype="bfloat16" if amp else "float32")
+                bsfx = f"_b{bs}{sfx}"
+                metrics.update({k + bsfx: v for k, v in measured.items() if not k.endswith(_STATIC[:3])})
+        for name, _ in _CUDA_MODELS:
+            best = max((metrics[f"{name}_fraction_of_matmul{k}"], k) for k in
+                       ["", *(f"_b{bs}" for bs in CUDA_BATCH_SIZES)])
+            metrics[f"{name}_best_fraction_of_matmul"] = best[0]
+            metrics[f"{name}_best_fraction_setting"] = f"fp32, batch {best[1][2:] or opts.batch_size}"
     write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
                                "steps": steps, "warmup_steps": warm, "models": dict(models), "device": device,
                                "device_name": device_name(device)},
@@ -156,6 +169,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     return metrics
 
 
+CUDA_BATCH_SIZES = (256, 1024)
+"""On CUDA, the paper-sized models are also timed at these batch sizes (sentences per batch)."""
 _CPU_MODELS = (("transformer", "small-transformer"), ("lstm", "small-lstm"), ("lstm_class", "small-lstm-class"))
 _CUDA_MODELS = (("paper000_transformer", "paper000-transformer"), ("paper001_lstm", "paper001-lstm"))
 

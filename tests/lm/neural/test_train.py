@@ -252,3 +252,25 @@ def test_cuda_unavailable_is_a_config_error() -> None:
         train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), FAST, device="cuda", progress=False)
     with pytest.raises(ConfigError, match="device"):
         train_lm(TRAIN, VALID, NeuralLMConfig.preset("tiny-lstm"), FAST, device="tpu9", progress=False)
+
+
+def test_losses_read_in_batches_give_the_same_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Losses read back every few steps (as on CUDA, where each read waits for the GPU) give the same training,
+    the same per-epoch train perplexity and the same resume state as reading every step; a non-finite loss still
+    stops the run naming its step."""
+    from privasr.lm.neural import train as train_mod
+
+    opts = FAST.replace(valid_every=4)
+    cfg = NeuralLMConfig.preset("tiny-transformer")
+    every = train_lm(TRAIN, VALID, cfg, opts, out_dir=tmp_path / "a", seed=3, progress=False)
+    monkeypatch.setattr(train_mod, "_CPU_LOSS_READS", 7)
+    batched = train_lm(TRAIN, VALID, cfg, opts, out_dir=tmp_path / "b", seed=3, progress=False)
+    assert batched.metrics["train_ppl"] == every.metrics["train_ppl"]
+    assert batched.metrics["history"] == every.metrics["history"]
+    assert batched.metrics["train_tokens"] == every.metrics["train_tokens"]
+    a = load_checkpoint(tmp_path / "a" / "last.pt").train_state
+    b = load_checkpoint(tmp_path / "b" / "last.pt").train_state
+    assert (a["loss_sum"], a["loss_tokens"]) == (b["loss_sum"], b["loss_tokens"])
+
+    with pytest.raises(InputError, match=r"the training loss became (nan|inf) at step \d+"):
+        train_lm(TRAIN, VALID, cfg, opts.replace(lr=1e30, clip_norm=0.0), seed=3, progress=False)

@@ -359,13 +359,11 @@ class NeuralLM:
             nodes = packed.nodes[r0:r1, :width]
             ids = np.where(nodes >= 0, tokens[np.maximum(nodes, 0)], self.vocab.eos_id)
             mask = packed.attention(slice(r0, r1))[:, :width, :width]
-            h, _ = self._hidden(torch.from_numpy(ids).to(self.device),
-                                positions=torch.from_numpy(np.ascontiguousarray(packed.positions[r0:r1, :width]))
-                                .to(self.device),
-                                attn_mask=torch.from_numpy(mask).to(self.device))
+            dev = self.device
+            h, _ = self._hidden(_to_device(ids, dev), positions=_to_device(packed.positions[r0:r1, :width], dev),
+                                attn_mask=_to_device(mask, dev))
             own = packed.own[r0:r1, :width]
-            sel = torch.from_numpy(np.flatnonzero(own)).to(self.device)
-            yield nodes[own], h.reshape(-1, h.shape[-1]).index_select(0, sel)
+            yield nodes[own], h.reshape(-1, h.shape[-1]).index_select(0, _to_device(np.flatnonzero(own), dev))
 
     def _lstm_states(self, trie: PrefixTrie) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
         slot = np.zeros(len(trie), dtype=np.int64)  # row of each node in its level's state tensors
@@ -382,9 +380,9 @@ class NeuralLM:
                 state = None
                 if d:
                     par = np.concatenate([slot[trie.parent[nodes]], np.zeros(pad, dtype=np.int64)])
-                    par_t = torch.from_numpy(par).to(self.device)
+                    par_t = _to_device(par, self.device)
                     state = (prev[0].index_select(1, par_t), prev[1].index_select(1, par_t))  # type: ignore[index]
-                y, (h, c) = self._hidden(torch.from_numpy(ids[:, None]).to(self.device), state=state)
+                y, (h, c) = self._hidden(_to_device(ids[:, None], self.device), state=state)
                 hs.append(h[:, :n])
                 cs.append(c[:, :n])
                 yield nodes, y[:n, 0]
@@ -409,20 +407,25 @@ class NeuralLM:
                 bvec = bvec + renorm_bias
         pair_logit = np.empty(len(pair_node), dtype=np.float64)
         node_lse = np.full(len(trie), np.nan, dtype=np.float64)
-        pair_t = torch.from_numpy(pair_tgt)
         want = np.full(len(trie), -1, dtype=np.int64)
         if rows_of is not None:
             want[rows_of] = np.arange(len(rows_of))
         full = np.empty((0 if rows_of is None else len(rows_of), out.out_features), dtype=np.float64)
-        with exact_inference(self.device):
+        dev = self.device
+        # results stay on the device until the end (one copy back, no wait for the GPU per block)
+        lse_nodes: list[np.ndarray] = []
+        lse_vals: list[torch.Tensor] = []
+        pair_idx: list[np.ndarray] = []
+        pair_vals: list[torch.Tensor] = []
+        with exact_inference(dev):
             for nodes, h in self._node_states(trie):
                 if classy and targets_only:
                     node_lse[nodes] = 0.0  # target_logprob is normalised
                     rows, idx = _pairs_of(pair_node, nodes)
                     if len(idx):
-                        vals = out.target_logprob(h.index_select(0, torch.from_numpy(rows).to(self.device)),
-                                                  pair_t[idx].to(self.device))
-                        pair_logit[idx] = vals.double().cpu().numpy()
+                        pair_idx.append(idx)
+                        pair_vals.append(out.target_logprob(h.index_select(0, _to_device(rows, dev)),
+                                                            _to_device(pair_tgt[idx], dev)))
                     continue
                 for b0 in range(0, len(nodes), self.out_rows):
                     blk = nodes[b0:b0 + self.out_rows]
@@ -433,20 +436,24 @@ class NeuralLM:
                     else:
                         logits = torch.addmm(bvec, h[b0:b0 + self.out_rows], weight_t)
                     lse = _logsumexp(logits)
-                    node_lse[blk] = lse.double().cpu().numpy()
+                    lse_nodes.append(blk)
+                    lse_vals.append(lse)
                     if len(pair_node):
                         rows, idx = _pairs_of(pair_node, blk)
                         if len(idx):
-                            vals = logits[torch.from_numpy(rows).to(self.device),
-                                          pair_t[idx].to(self.device)]
-                            pair_logit[idx] = vals.double().cpu().numpy()
+                            pair_idx.append(idx)
+                            pair_vals.append(logits[_to_device(rows, dev), _to_device(pair_tgt[idx], dev)])
                     if rows_of is not None:
                         dest = want[blk]
                         keep = np.flatnonzero(dest >= 0)
                         if keep.size:
-                            k = torch.from_numpy(keep).to(self.device)
+                            k = _to_device(keep, dev)
                             sel = logits.index_select(0, k) - lse.index_select(0, k)[:, None]
                             full[dest[keep]] = sel.double().cpu().numpy()
+            if lse_vals:
+                node_lse[np.concatenate(lse_nodes)] = torch.cat(lse_vals).double().cpu().numpy()
+            if pair_vals:
+                pair_logit[np.concatenate(pair_idx)] = torch.cat(pair_vals).double().cpu().numpy()
         return pair_logit, node_lse, full
 
 
@@ -465,6 +472,15 @@ def exact_inference(device: str | torch.device) -> contextlib.ExitStack:
         stack.enter_context(c.flags(enabled=c.enabled, benchmark=c.benchmark, deterministic=c.deterministic,
                                     allow_tf32=False))
     return stack
+
+
+def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A numpy array on ``device``; to CUDA through pinned memory, without waiting for the GPU (a copy from
+    ordinary memory would wait for every kernel queued before it)."""
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
 
 
 def _pairs_of(pair_node: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

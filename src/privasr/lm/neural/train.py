@@ -69,6 +69,9 @@ FREEZE_CHOICES = ("none", "output")
 #: training options that may differ between an interrupted run and its ``resume`` (they only decide when to stop)
 RESUMABLE_CHANGES = frozenset({"max_epochs", "max_steps", "patience"})
 _IGNORE = -100
+_CUDA_LOSS_READS = 50
+"""On CUDA, training losses are read back every this many steps (a read waits for the GPU to finish)."""
+_CPU_LOSS_READS = 1
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,9 @@ def make_batch(seqs: Sequence[np.ndarray], device: torch.device | str = "cpu",
     for i, s in enumerate(seqs):
         x[i, : len(s) - 1] = s[:-1]
         y[i, : len(s) - 1] = s[1:]
+    if torch.device(device).type == "cuda":  # through pinned memory, without waiting for the GPU
+        return (torch.from_numpy(x).pin_memory().to(device, non_blocking=True),
+                torch.from_numpy(y).pin_memory().to(device, non_blocking=True))
     return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
 
@@ -492,8 +498,10 @@ def _build_trainable(model_cfg: NeuralLMConfig, vocab: Vocabulary, start: Checkp
 
 def _optimizer(params: list[nn.Parameter], opts: TrainOptions) -> torch.optim.Optimizer:
     if opts.optimizer == "adam":
-        return torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay) \
-            if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr)
+        # on CUDA, Adam's fused kernel: one launch per step instead of several per parameter group
+        fused = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {}
+        return torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay, **fused) \
+            if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr, **fused)
     return torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
 
 
@@ -534,6 +542,10 @@ class _Trainer:
         self.total_steps = opts.max_steps or opts.max_epochs * self.n_batches
         self.st: dict[str, Any] = {}
         self.best_state: dict[str, torch.Tensor] | None = None
+        # (step, loss tensor, tokens) not yet read back: on CUDA reading a loss waits for the GPU, so losses are
+        # read every _CUDA_LOSS_READS steps (and before validating, saving or ending); on the CPU every step
+        self._pending: list[tuple[int, torch.Tensor, int]] = []
+        self._read_every = _CUDA_LOSS_READS if dev.type == "cuda" else _CPU_LOSS_READS
 
     # -- start ----------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -568,6 +580,7 @@ class _Trainer:
             if not self._epoch(bar):
                 break
             self._end_epoch(bar)
+        self._read_losses()
 
     def _epoch(self, bar: _Progress) -> bool:
         """The rest of the current epoch's batches (with any ``valid_every`` validations); ``False`` when it
@@ -582,9 +595,8 @@ class _Trainer:
             lr = self._step(batches[st["batch"]])
             st["batch"] += 1
             tps = st["train_tokens"] / max(st["train_time"], 1e-9)
-            bar.update(task, completed=st["batch"],
-                       info=f"ppl {math.exp(st['loss_sum'] / st['loss_tokens']):8.2f}  lr {lr:.2e}  "
-                            f"{tps:,.0f} tok/s")
+            ppl = math.exp(st["loss_sum"] / st["loss_tokens"]) if st["loss_tokens"] else math.nan
+            bar.update(task, completed=st["batch"], info=f"ppl {ppl:8.2f}  lr {lr:.2e}  {tps:,.0f} tok/s")
             validated_here = False
             if opts.valid_every and st["step"] % opts.valid_every == 0 and st["batch"] < len(batches):
                 self._validate()
@@ -604,8 +616,9 @@ class _Trainer:
         """One update on the sentences ``batch``; returns its learning rate."""
         st, opts, optim, scaler = self.st, self.opts, self.optim, self.scaler
         t0 = time.perf_counter()
-        x, y = make_batch([self.train_seqs[i] for i in batch], self.dev, _pad_to(self.dev))
-        ntok = int((y != _IGNORE).sum())
+        seqs = [self.train_seqs[i] for i in batch]
+        ntok = sum(len(s) - 1 for s in seqs)  # the targets, counted on the host (no wait for the GPU)
+        x, y = make_batch(seqs, self.dev, _pad_to(self.dev))
         st["step"] += 1
         lr = opts.lr * _lr_factor(opts, st["step"], self.total_steps, st["plateau"])
         for g in optim.param_groups:
@@ -625,18 +638,33 @@ class _Trainer:
             scaler.update()
         else:
             optim.step()
-        lv = float(loss.detach())
-        if not math.isfinite(lv):
-            raise InputError(f"the training loss became {lv} at step {st['step']}",
-                             expected="a smaller learning rate or gradient clipping")
+        self._pending.append((st["step"], loss.detach(), ntok))
         st["train_time"] += time.perf_counter() - t0
         st["train_tokens"] += ntok
-        st["loss_sum"] += lv * ntok
-        st["loss_tokens"] += ntok
+        if len(self._pending) >= self._read_every:
+            self._read_losses()
         return lr
+
+    def _read_losses(self) -> None:
+        """Add the pending steps' losses to the running sums (waiting for the GPU: the wait counts as training
+        time); a non-finite loss stops the run, naming its step."""
+        if not self._pending:
+            return
+        st = self.st
+        t0 = time.perf_counter()
+        values = torch.stack([loss for _, loss, _ in self._pending]).double().cpu().tolist()
+        st["train_time"] += time.perf_counter() - t0
+        pending, self._pending = self._pending, []
+        for (step, _, ntok), lv in zip(pending, values, strict=True):
+            if not math.isfinite(lv):
+                raise InputError(f"the training loss became {lv} at step {step}",
+                                 expected="a smaller learning rate or gradient clipping")
+            st["loss_sum"] += lv * ntok
+            st["loss_tokens"] += ntok
 
     def _end_epoch(self, bar: _Progress) -> None:
         """The end-of-epoch validation, the epoch's record and ``last.pt``."""
+        self._read_losses()
         st = self.st
         train_ppl = math.exp(st["loss_sum"] / st["loss_tokens"]) if st["loss_tokens"] else math.nan
         st["epoch"] += 1
@@ -657,6 +685,7 @@ class _Trainer:
 
     def _validate(self) -> None:
         """A validation: its record, the best model (``best.pt``), the plateau schedule and early stopping."""
+        self._read_losses()
         st, opts = self.st, self.opts
         ppl = self._valid_ppl()
         self.model.train()
@@ -686,6 +715,7 @@ class _Trainer:
                             extra=self._checkpoint_extra())
 
     def _save_last(self) -> None:
+        self._read_losses()
         if self.out is None:
             return
         ts = {**self.st, "optimizer": self.optim.state_dict(), "rng": _rng_state(self.dev)}
