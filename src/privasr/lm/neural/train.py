@@ -321,7 +321,8 @@ def token_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
     """The summed negative log-likelihood (natural log, fp32 scalar) of targets ``y`` (-100 = padding) after
     inputs ``x``.
 
-    A model with a full softmax goes through its logits and ``cross_entropy``; one with a class-factored
+    A model with a full softmax goes through its logits and ``cross_entropy`` (on the CPU, of the non-padding
+    positions only); one with a class-factored
     softmax (:class:`~privasr.lm.neural.models.ClassSoftmax`) computes only what the targets need: its hidden
     states, then :meth:`~privasr.lm.neural.models.ClassSoftmax.target_logprob` of the non-padding positions
     (``H * (C + |class|)`` per token instead of ``H * V``).
@@ -338,6 +339,13 @@ def token_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
         h, _ = model.hidden(x)  # type: ignore[operator]
         keep = y != _IGNORE
         return -model.output.target_logprob(h[keep], y[keep]).sum()  # type: ignore[union-attr, operator]
+    if y.device.type == "cpu":
+        # the output layer and softmax of the real tokens only (padding is a fifth of AMI batches); on CUDA the
+        # selection would wait for the GPU, so there the padded positions are computed and ignored
+        h, _ = model.hidden(x)  # type: ignore[operator]
+        keep = (y != _IGNORE).flatten()
+        logits = model.output(h.flatten(0, 1)[keep])  # type: ignore[operator]
+        return F.cross_entropy(logits.float(), y.flatten()[keep], reduction="sum")
     logits, _ = model(x)
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=_IGNORE, reduction="sum")
 
@@ -498,8 +506,8 @@ def _build_trainable(model_cfg: NeuralLMConfig, vocab: Vocabulary, start: Checkp
 
 def _optimizer(params: list[nn.Parameter], opts: TrainOptions) -> torch.optim.Optimizer:
     if opts.optimizer == "adam":
-        # on CUDA, Adam's fused kernel: one launch per step instead of several per parameter group
-        fused = {"fused": True} if params and all(p.device.type == "cuda" for p in params) else {}
+        # Adam's fused kernel (CUDA and CPU): one pass over each parameter instead of one per operation
+        fused = {"fused": True} if params and all(p.device.type in ("cuda", "cpu") for p in params) else {}
         return torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay, **fused) \
             if opts.weight_decay else torch.optim.Adam(params, lr=opts.lr, **fused)
     return torch.optim.SGD(params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay)
