@@ -19,6 +19,17 @@ TEST_DATA = Path(__file__).resolve().parent / "data"
 shared_data_dir = data_dir
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test: tiny models run fastest so, and far faster than on two when the
+    machine is busy (``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` for a whole module)."""
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Path to ../shared/data (or $PRIVASR_DATA); skips the test when absent."""

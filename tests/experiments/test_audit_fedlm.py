@@ -24,13 +24,7 @@ from privasr.experiments.audit_fedlm import (  # noqa: E402
 from privasr.lm.neural.vocab import Vocabulary  # noqa: E402
 from privasr.privacy.audit import DIGIT_WORDS  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,7 @@ from privasr.errors import InputError  # noqa: E402
 from privasr.experiments.audit import load_audit_config, run_audit  # noqa: E402
 from privasr.experiments.audit_runs import roc_summary  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import torch
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmClient, FedLmConfig
@@ -43,13 +42,7 @@ from privasr.lm.neural.vocab import Vocabulary
 from privasr.privacy.dp.accounting import PrivacyAccountant
 from privasr.privacy.dp.mechanisms import GaussianMechanism, LaplaceMechanism
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.compression import (
@@ -29,12 +28,7 @@ Q8 = CompressionSettings(kind="quantize", bits=8, block=64)
 Q4 = CompressionSettings(kind="quantize", bits=4, block=64)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rng(*s: int) -> np.random.Generator:

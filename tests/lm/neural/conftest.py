@@ -4,10 +4,6 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread, and far faster than on two when the machine is busy."""
-    torch = pytest.importorskip("torch")
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
+    """Every neural LM test runs torch on one thread (see ``one_torch_thread``)."""
     yield
-    torch.set_num_threads(n)
