@@ -46,6 +46,7 @@ import numpy as np
 
 from privasr.errors import InputError
 from privasr.lm.base import BOS, EOS, UNK, SentenceScore
+from privasr.lm.ngram.keyindex import KeyIndex
 
 __all__ = ["NgramModel", "NgramState", "StructureError"]
 
@@ -53,6 +54,7 @@ NgramState = tuple[int, ...]
 """A decoding state: the ids of the context words (oldest first), at most ``order - 1`` of them."""
 
 _MAX_KEY = 2**62
+_HASH_MIN_BATCH = 4096  # queries of one order in one call from which the hash index is used
 
 
 class StructureError(InputError):
@@ -76,7 +78,8 @@ class NgramModel:
     :func:`privasr.lm.ngram.arpa.write_arpa`).
     """
 
-    __slots__ = ("_order", "_vocab", "_ids", "_mult", "_keys", "_prob", "_bow", "_unk", "_bos", "_eos")
+    __slots__ = ("_order", "_vocab", "_ids", "_mult", "_keys", "_prob", "_bow", "_unk", "_bos", "_eos",
+                 "_hashed", "_queried")
 
     def __init__(self, vocab: Sequence[str], keys: Sequence[np.ndarray], probs: Sequence[np.ndarray],
                  bows: Sequence[np.ndarray]) -> None:
@@ -94,6 +97,22 @@ class NgramModel:
         self._unk = self._ids.get(UNK, -1)
         self._bos = self._ids.get(BOS, -1)
         self._eos = self._ids.get(EOS, -1)
+        self._reset_lookup()
+
+    def _reset_lookup(self) -> None:
+        # per order: a hash index of the keys (built once the batched queries of that order add up to its
+        # size, so that building it costs less than the binary searches already done) and that running count
+        self._hashed: list[KeyIndex | None] = [None] * self._order
+        self._queried = [0] * self._order
+
+    def __getstate__(self) -> dict[str, object]:
+        """The model without its lookup indexes (rebuilt on demand)."""
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("_hashed", "_queried")}
+
+    def __setstate__(self, state: Mapping[str, object]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self._reset_lookup()
 
     # ------------------------------------------------------------------ construction
 
@@ -418,13 +437,8 @@ class NgramModel:
             prev[1:] = idx[-1][:-1]
             ok = (pos >= n - 1) & (prev >= 0) & valid_word
             cur = np.full(total, -1, dtype=np.int64)
-            keys = self._keys[n - 1]
-            if ok.any() and len(keys):
-                k = prev[ok] * mult + ids[ok]
-                p = np.searchsorted(keys, k)
-                pc = np.minimum(p, len(keys) - 1)
-                found = (p < len(keys)) & (keys[pc] == k)
-                cur[ok] = np.where(found, p, -1)
+            if ok.any() and len(self._keys[n - 1]):
+                cur[ok] = self._rows(n, prev[ok] * mult + ids[ok])
             idx.append(cur)
         # longest listed n-gram ending at each token
         nstar = np.zeros(total, dtype=np.int64)
@@ -441,6 +455,24 @@ class NgramModel:
             if use.any():
                 lp[use] += self._bow[m - 1][ctx[use]]
         return lp
+
+
+    def _rows(self, n: int, k: np.ndarray) -> np.ndarray:
+        """Rows of the order-``n`` keys ``k`` (``-1`` where not listed): by binary search, or, for a large batch,
+        through the order's hash index once the queries of that order add up to its number of keys (a probe
+        round costs a few numpy calls, so small batches are faster by binary search)."""
+        keys = self._keys[n - 1]
+        if len(k) >= _HASH_MIN_BATCH:
+            hashed = self._hashed[n - 1]
+            if hashed is None:
+                self._queried[n - 1] += len(k)
+                if self._queried[n - 1] >= len(keys):
+                    hashed = self._hashed[n - 1] = KeyIndex(keys)
+            if hashed is not None:
+                return hashed.lookup(k)
+        p = np.searchsorted(keys, k)
+        pc = np.minimum(p, len(keys) - 1)
+        return np.where((p < len(keys)) & (keys[pc] == k), p, -1)
 
 
 def _checked_order(n: int, order: int, v: int, ngrams: np.ndarray, probs: np.ndarray, bows: np.ndarray
