@@ -153,3 +153,17 @@ def test_the_seed_model_epoch_can_be_chosen_on_held_out_server_utterances(tmp_pa
     again = run_ftl(cfg, tmp_path / "out")  # from the cache: the same selection and result
     assert again["seed_model_epoch"] == m["seed_model_epoch"] and again["wer"] == m["wer"]
     assert "seed_model_epoch" not in run_ftl(_cfg(rounds=1, tables={"variants": []}), tmp_path / "last")
+
+
+def test_compressed_runs_record_their_upload_bytes(tmp_path):
+    cfg = _cfg(ftl={"client_optimizer": {"name": "sgd", "lr": 0.3}, "server": {"name": "adam", "lr": 0.005},
+                    "compression": {"kind": "quantize", "bits": 8, "block": 64}}, tables={"variants": []})
+    run_ftl(cfg, tmp_path / "q8")
+    runs = json.loads((tmp_path / "q8" / "results.json").read_text())["runs"]
+    sent, raw = runs["ftl"]["upload_bytes"], runs["ftl"]["upload_raw_bytes"]
+    assert len(sent) == len(raw) == 3 and all(r / s > 3.5 for s, r in zip(sent, raw, strict=True))
+    assert "Upload per client per round: ftl " in (tmp_path / "q8" / "report.md").read_text()
+    plain = _cfg(tables={"variants": []})
+    run_ftl(plain, tmp_path / "none")
+    runs = json.loads((tmp_path / "none" / "results.json").read_text())["runs"]
+    assert runs["ftl"]["upload_bytes"] == runs["ftl"]["upload_raw_bytes"]  # fp32: sent as it is

@@ -598,7 +598,30 @@ def _federate(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path, sampler: A
     ev = _evaluate(alg, res.state["params"], data.test, cfg)
     return {"name": name, "clients": len(clients), "client_key": key, "config": ftl_cfg.to_dict(),
             "valid_loss": losses, "train_loss": [float(h.metrics.get("loss", float("nan"))) for h in res.history],
-            "seconds": time.perf_counter() - t0, **ev}
+            **_upload_figures(res.history), "seconds": time.perf_counter() - t0, **ev}
+
+
+def _upload_lines(runs: Mapping[str, Any]) -> list[str]:
+    """The report's line on upload sizes (mean over rounds, per client), when the runs recorded them."""
+    parts = []
+    for name, r in runs.items():
+        sent = [v for v in r.get("upload_bytes", []) if v is not None]
+        raw = [v for v in r.get("upload_raw_bytes", []) if v is not None]
+        if sent and raw:
+            mean_sent, mean_raw = float(np.mean(sent)), float(np.mean(raw))
+            parts.append(f"{name} {mean_sent:,.0f} bytes ({mean_raw / mean_sent:.1f}x fewer than fp32, "
+                         f"{mean_raw:,.0f})")
+    return [f"Upload per client per round: {'; '.join(parts)}."] if parts else []
+
+
+def _upload_figures(history: Sequence[Any]) -> dict[str, Any]:
+    """Per round, the mean bytes a client uploaded and their fp32 size (absent with DP or secure aggregation)."""
+    out: dict[str, Any] = {}
+    for k in ("upload_bytes", "upload_raw_bytes"):
+        vals = [h.metrics.get(k) for h in history]
+        if any(v is not None for v in vals):
+            out[k] = [None if v is None else float(v) for v in vals]
+    return out
 
 
 @dataclass
@@ -713,6 +736,7 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
     lines += ["", f"Rounds to target: {m['rounds_to_target']} vs {m['rounds_to_target_baseline']} for the baseline"
               + (f" ({ratio:.2f}x fewer)." if ratio else "."),
               f"Test WER, system against baseline: MAPSSWE p = {m['mapsswe_p']:.3g} (better: {m['mapsswe_better']}).",
+              *_upload_lines(runs),
               "", f"Decoding: {cfg.eval.method}, {cfg.eval.options}. privasr {__version__}. WER on words, CER on "
               "characters with the word boundary as a character."]
     return "\n".join(lines) + "\n"
