@@ -274,3 +274,49 @@ def test_losses_read_in_batches_give_the_same_run(monkeypatch: pytest.MonkeyPatc
 
     with pytest.raises(InputError, match=r"the training loss became (nan|inf) at step \d+"):
         train_lm(TRAIN, VALID, cfg, opts.replace(lr=1e30, clip_norm=0.0), seed=3, progress=False)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("frozen", [False, True])
+def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool) -> None:
+    """The CPU loss that computes its gradients block by block gives cross_entropy's loss and gradients, also
+    for targets the model finds very unlikely (logits far apart) and when the output layer is frozen."""
+    import torch.nn.functional as F
+
+    from privasr.lm.neural.train import _LinearNll
+
+    g = torch.Generator().manual_seed(0)
+    n, d, v = 600, 16, 300  # more rows than one block
+    h = torch.randn(n, d, generator=g, requires_grad=True)
+    w = (torch.randn(v, d, generator=g) * 3).requires_grad_(not frozen)
+    b = torch.randn(v, generator=g).requires_grad_(not frozen) if bias else None
+    t = torch.randint(0, v, (n,), generator=g)
+    ours = _LinearNll.apply(h, w, b, t)
+    (ours * 0.5).backward()
+    grads = [x.grad.clone() if x is not None and x.grad is not None else None for x in (h, w, b)]
+    for x in (h, w, b):
+        if x is not None:
+            x.grad = None
+    ref = F.cross_entropy(F.linear(h.double(), w.double(), None if b is None else b.double()), t, reduction="sum")
+    (ref * 0.5).backward()
+    assert torch.isfinite(ours) and abs(float(ours.detach()) - float(ref.detach())) <= 1e-5 * abs(float(ref.detach()))
+    for ours_g, x in zip(grads, (h, w, b), strict=True):
+        if x is None or not x.requires_grad:
+            assert ours_g is None
+        else:
+            assert torch.allclose(ours_g, x.grad.float(), rtol=1e-4, atol=1e-5)
+
+
+def test_training_uses_the_fused_loss_and_validation_the_plain_one() -> None:
+    from privasr.lm.neural.models import build_model
+    from privasr.lm.neural.train import encode_sentences, make_batch, token_nll
+    from privasr.lm.neural.vocab import Vocabulary
+
+    vocab = Vocabulary.build(TRAIN)
+    model = build_model(NeuralLMConfig.preset("tiny-transformer"), vocab).eval()
+    x, y = make_batch(encode_sentences(vocab, TRAIN[:8], 64))
+    fused = token_nll(model, x, y)
+    with torch.no_grad():
+        plain = token_nll(model, x, y)
+    assert fused.grad_fn is not None and "LinearNll" in type(fused.grad_fn).__name__
+    assert abs(float(fused.detach()) - float(plain)) <= 1e-5 * float(plain)
