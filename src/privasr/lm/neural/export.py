@@ -80,6 +80,7 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
+from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
 from privasr.lm.neural.trie import PrefixTrie, pack_rows
 from privasr.lm.neural.vocab import Vocabulary
 
@@ -365,7 +366,7 @@ def read_export_meta(folder: str | os.PathLike[str], *, verify: bool = True) -> 
     return meta
 
 
-class ExportedNeuralLM:
+class ExportedNeuralLM(NeuralScorerBase):
     """Scoring with an exported model: the :class:`~privasr.lm.base.LanguageModel` protocol of
     :class:`~privasr.lm.neural.scorer.NeuralLM` (see the module docstring). Use :func:`load_exported`, or
     :class:`OnnxNeuralLM` / :class:`TorchScriptNeuralLM` directly.
@@ -432,63 +433,26 @@ class ExportedNeuralLM:
             self.log_bias: np.ndarray | None = None
             self._graph_bias: np.ndarray | None = None
             return
-        b = np.array(log_bias.detach().cpu().numpy() if hasattr(log_bias, "detach") else log_bias, dtype=np.float64)
-        if b.shape != (len(self.vocab),):
-            raise InputError(f"log_bias has shape {b.shape}", expected=f"one value per word: ({len(self.vocab)},)")
-        if np.isnan(b).any() or (b == np.inf).any():
-            raise InputError("log_bias holds NaN or +inf", expected="finite values (or -inf to forbid a word)")
-        b.setflags(write=False)
-        self.log_bias = b
-        self._graph_bias = b.astype(np.float32) if self.renormalize else None
+        self.log_bias = checked_log_bias(log_bias, len(self.vocab))
+        self._graph_bias = self.log_bias.astype(np.float32) if self.renormalize else None
 
-    def with_bias(self, log_bias: Any, *, renormalize: bool | None = None) -> ExportedNeuralLM:
-        """A scorer sharing this one's session and vocabulary with another bias (``None``: none);
-        ``renormalize`` defaults to this scorer's setting (as :meth:`NeuralLM.with_bias
-        <privasr.lm.neural.scorer.NeuralLM.with_bias>`)."""
-        other = copy.copy(self)
-        if renormalize is not None:
-            if not isinstance(renormalize, bool):
-                raise ConfigError(f"renormalize={renormalize!r}", expected="true or false")
-            other.renormalize = renormalize
-        other._set_bias(log_bias)
-        return other
-
-    # -- protocol ----------------------------------------------------------------------------------------------------
-    @property
-    def order(self) -> int:
-        """The Transformer's trained context (``max_len``); unbounded (``2**31 - 1``) for an LSTM."""
-        return self._order
-
+    # -- protocol (order, in, len, score and with_bias: NeuralScorerBase) --------------------------------------------
     @property
     def model_bytes(self) -> int:
         """Size of the model file on disk."""
         return self.model_path.stat().st_size
-
-    def __contains__(self, word: object) -> bool:
-        return word in self.vocab
-
-    def __len__(self) -> int:
-        return len(self.vocab)
 
     def __repr__(self) -> str:
         bias = "none" if self.log_bias is None else ("renormalised" if self.renormalize else "unnormalised")
         return (f"{type(self).__name__}(arch={self.arch}, vocab={len(self.vocab)}, int8={self.meta['int8']}, "
                 f"bias={bias}, threads={self.threads})")
 
-    def score(self, words: Sequence[str], *, bos: bool = True, eos: bool = True) -> SentenceScore:
-        """Score one sentence; same as ``score_batch([words])[0]``."""
-        return self.score_batch([words], bos=bos, eos=eos)[0]
-
     def score_batch(self, sentences: Sequence[Sequence[str]], *, bos: bool = True,
                     eos: bool = True) -> list[SentenceScore]:
         """Score many sentences (Transformer: packed prefix-tree rows; LSTM: padded batches sorted by length), each
         distinct (prefix, next word) pair once. ``bos`` must be true."""
-        if not bos:
-            raise InputError("a neural LM always conditions on <s>", expected="bos=True")
-        if isinstance(sentences, str):
-            raise InputError("sentences is a string", expected="a list of word lists")
         vocab = self.vocab
-        sents = [s if isinstance(s, tuple) else tuple(s) for s in sentences]
+        sents = checked_sentences(sentences, bos)
         ids = [vocab.encode(s) for s in sents]
         n_tok = [len(x) + (1 if eos else 0) for x in ids]
         if self._max_pos is not None and n_tok and max(n_tok) > self._max_pos:
@@ -501,11 +465,8 @@ class ExportedNeuralLM:
         eos_t = (EOS,) if eos else ()
         result = []
         for s, lp in zip(sents, ln, strict=True):
-            oov = np.array([w not in vocab for w in s] + ([False] if eos else []), dtype=bool)
-            lp10 = lp / LN10
-            if self._unk_log10 and oov.any():
-                lp10 = lp10 - np.where(oov, self._unk_log10, 0.0)
-            result.append(SentenceScore(s + eos_t, lp10, oov))
+            oov = self._oov(s, eos)
+            result.append(SentenceScore(s + eos_t, self._spread(lp / LN10, oov), oov))
         return result
 
 

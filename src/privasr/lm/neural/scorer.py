@@ -64,7 +64,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -76,6 +75,7 @@ from torch import nn
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
 from privasr.lm.neural.models import ClassSoftmax
+from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
 from privasr.lm.neural.trie import PrefixTrie, pack_rows
 from privasr.lm.neural.vocab import Vocabulary
 
@@ -92,7 +92,7 @@ def _check_positive(name: str, value: Any) -> int:
     return value
 
 
-class NeuralLM:
+class NeuralLM(NeuralScorerBase):
     """A neural LM as a :class:`~privasr.lm.base.LanguageModel` (see the module docstring).
 
     Args:
@@ -164,49 +164,14 @@ class NeuralLM:
             self.log_bias: np.ndarray | None = None
             self._bias_t: torch.Tensor | None = None
             return
-        b = log_bias.detach().cpu().numpy() if isinstance(log_bias, torch.Tensor) else log_bias
-        b = np.array(b, dtype=np.float64)
-        if b.shape != (len(self.vocab),):
-            raise InputError(f"log_bias has shape {b.shape}", expected=f"one value per word: ({len(self.vocab)},)")
-        if np.isnan(b).any() or (b == np.inf).any():
-            raise InputError("log_bias holds NaN or +inf", expected="finite values (or -inf to forbid a word)")
-        self._bias_t = torch.tensor(b, dtype=torch.float32, device=self.device)
-        b.setflags(write=False)
-        self.log_bias = b
+        self.log_bias = checked_log_bias(log_bias, len(self.vocab))
+        self._bias_t = torch.tensor(self.log_bias, dtype=torch.float32, device=self.device)
 
-    def with_bias(self, log_bias: Any, *, renormalize: bool | None = None) -> NeuralLM:
-        """A scorer sharing this one's model and vocabulary with another bias (``None``: none).
-
-        ``renormalize`` defaults to this scorer's setting.
-        """
-        other = copy.copy(self)
-        if renormalize is not None:
-            if not isinstance(renormalize, bool):
-                raise ConfigError(f"renormalize={renormalize!r}", expected="true or false")
-            other.renormalize = renormalize
-        other._set_bias(log_bias)
-        return other
-
-    # -- protocol ----------------------------------------------------------------------------------------------
-    @property
-    def order(self) -> int:
-        """The Transformer's trained context (``max_len``); :data:`UNBOUNDED_ORDER` for an LSTM."""
-        return self._order
-
-    def __contains__(self, word: object) -> bool:
-        return word in self.vocab
-
-    def __len__(self) -> int:
-        return len(self.vocab)
-
+    # -- protocol (order, in, len, score and with_bias: NeuralScorerBase) --------------------------------------
     def __repr__(self) -> str:
         bias = "none" if self.log_bias is None else ("renormalised" if self.renormalize else "unnormalised")
         return (f"NeuralLM(arch={self.arch}, vocab={len(self.vocab)}, unk_types={self.vocab.unk_types}, "
                 f"bias={bias}, device={self.device})")
-
-    def score(self, words: Sequence[str], *, bos: bool = True, eos: bool = True) -> SentenceScore:
-        """Score one sentence (see :mod:`privasr.lm.base`); same as ``score_batch([words])[0]``."""
-        return self.score_batch([words], bos=bos, eos=eos)[0]
 
     def score_batch(self, sentences: Sequence[Sequence[str]], *, bos: bool = True,
                     eos: bool = True) -> list[SentenceScore]:
@@ -284,26 +249,9 @@ class NeuralLM:
     # -- internals ----------------------------------------------------------------------------------------------
     def _prepare(self, sentences: Sequence[Sequence[str]], bos: bool
                  ) -> tuple[list[tuple[str, ...]], list[tuple[int, ...]]]:
-        if not bos:
-            raise InputError("a neural LM always conditions on <s>", expected="bos=True")
-        if isinstance(sentences, str):
-            raise InputError("sentences is a string", expected="a list of word lists")
-        sents = [s if isinstance(s, tuple) else tuple(s) for s in sentences]
+        sents = checked_sentences(sentences, bos)
         encode = self.vocab.encode
         return sents, [tuple(encode(s)) for s in sents]
-
-    def _oov(self, words: tuple[str, ...], eos: bool) -> np.ndarray:
-        vocab = self.vocab
-        flags = [w not in vocab for w in words]
-        if eos:
-            flags.append(False)
-        return np.array(flags, dtype=bool)
-
-    def _spread(self, lp: np.ndarray, oov: np.ndarray) -> np.ndarray:
-        """``lp`` with the ``<unk>`` share taken off the OOV tokens (see ``spread_unk``)."""
-        if self._unk_log10 and oov.any():
-            lp = lp - np.where(oov, self._unk_log10, 0.0)
-        return lp
 
     def _score_group(self, ids: list[tuple[int, ...]], eos: bool) -> list[np.ndarray]:
         """log10 scores of each sentence's targets (its words, then ``</s>`` if ``eos``)."""
