@@ -65,8 +65,8 @@ def matmul_rate(n: int = 2048, repeats: int = 5, device: str = "cpu") -> float:
 
 
 def _gpu_busy(fn: Any) -> tuple[float, float] | None:
-    """(seconds of CUDA kernels and copies, wall seconds, under the profiler) of one call of ``fn`` under torch's profiler; ``None`` if the
-    profiler cannot trace the device here."""
+    """(seconds of CUDA kernels and copies, wall seconds) of one call of ``fn`` under torch's profiler; ``None``
+    if the profiler cannot trace the device here."""
     import time
 
     import torch

@@ -111,6 +111,7 @@ def load_text(seed: int) -> tuple[str, list[list[str]]]:
     return "synthetic Zipf sentences (AMI-like: 28k sentences, mean length 14, 12k word types)", sents
 
 
+_MODEL_KEYS = ("_preset", "_parameters", "_vocab_size")
 _STATIC = ("_preset", "_parameters", "_vocab_size", "_flops_per_token", "_padding_fraction", "_mean_padded_len")
 
 
@@ -153,10 +154,11 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
                                 mm_dtype="bfloat16" if amp else "float32")
             metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
             for bs in CUDA_BATCH_SIZES:
-                measured = _measure(sents, valid, opts.replace(amp=amp, batch_size=bs, max_epochs=10_000), warm, steps, seed,
-                                    _CUDA_MODELS, device=device, mm_dtype="bfloat16" if amp else "float32")
-                bsfx = f"_b{bs}{sfx}"
-                metrics.update({k + bsfx: v for k, v in measured.items() if not k.endswith(_STATIC[:3])})
+                big = opts.replace(amp=amp, batch_size=bs, max_epochs=10_000)  # max_steps ends it, not epochs
+                measured = _measure(sents, valid, big, warm, steps, seed, _CUDA_MODELS, device=device,
+                                    mm_dtype="bfloat16" if amp else "float32")
+                # per batch size everything but the model's identity (padding and FLOPs/token change with it)
+                metrics.update({f"{k}_b{bs}{sfx}": v for k, v in measured.items() if not k.endswith(_MODEL_KEYS)})
         for name, _ in _CUDA_MODELS:
             best = max((metrics[f"{name}_fraction_of_matmul{k}"], k) for k in
                        ["", *(f"_b{bs}" for bs in CUDA_BATCH_SIZES)])
