@@ -12,7 +12,7 @@ import numpy as np
 
 from privasr.config import from_mapping
 from privasr.errors import ConfigError, InputError
-from privasr.federated.compression import decompress
+from privasr.federated.compression import compress, decompress
 from privasr.federated.core import Update
 
 __all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of", "TorchModelAlgorithm"]
@@ -155,6 +155,19 @@ class TorchModelAlgorithm:
     def raw_update_bytes(self) -> int:
         """The bytes of an uncompressed update's arrays: the float32 delta of every parameter."""
         return 4 * sum(int(np.prod(s, dtype=np.int64)) for s in self.param_shapes().values())
+
+    def encoded(self, delta: dict[str, np.ndarray], weight: float, metrics: dict[str, float], client_state: Any,
+                rng: np.random.Generator, clip_norm: float | None = None) -> tuple[Update, Any]:
+        """A client's ``(update, new client state)`` for its (clipped) ``delta``: the delta itself and no state
+        without compression; else the encoded delta and, with error feedback, ``{"residual": ...}`` (kept on the
+        device, never sent). ``clip_norm``: the bound the decoded delta must keep (DP)."""
+        compression = self.config.compression  # type: ignore[attr-defined]
+        if not compression.enabled:
+            return Update(arrays=delta, weight=weight, metrics=metrics), None
+        residual = client_state.get("residual") if isinstance(client_state, Mapping) else None
+        sent, residual = compress(delta, compression, rng, residual, clip_norm)
+        return Update(arrays=sent, weight=weight, metrics=metrics), \
+            (None if residual is None else {"residual": residual})
 
     def decoded(self, update: Update) -> Update:
         """``update`` with its compressed arrays decoded into the dense delta (the update itself without

@@ -83,7 +83,7 @@ import torch.nn.functional as F
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
-from privasr.federated.compression import CompressionSettings, check_no_secagg, compress
+from privasr.federated.compression import CompressionSettings, check_no_secagg
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -517,13 +517,7 @@ class FedLmAlgorithm(TorchModelAlgorithm):
             delta, clipped = _clip32(delta, self.config.clip_norm)
             metrics["clipped"] = float(clipped)
         weight = m["words"] if self.config.weighting == "words" else 1.0
-        comp = self.config.compression
-        if not comp.enabled:
-            return Update(arrays=delta, weight=weight, metrics=metrics), None
-        residual = client_state.get("residual") if isinstance(client_state, Mapping) else None
-        sent, residual = compress(delta, comp, rng, residual, self.config.clip_norm)
-        return Update(arrays=sent, weight=weight, metrics=metrics), \
-            (None if residual is None else {"residual": residual})
+        return self.encoded(delta, weight, metrics, client_state, rng, self.config.clip_norm)
 
     # -- evaluation -----------------------------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ from privasr.asr.train import Example, evaluate_loss, spec_augment_stacked, trai
 from privasr.asr.units import Tokenizer
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import TorchModelAlgorithm, config_from_dict, is_int, is_real
-from privasr.federated.compression import CompressionSettings, check_no_secagg, compress
+from privasr.federated.compression import CompressionSettings, check_no_secagg
 from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
@@ -401,13 +401,7 @@ class FtlAlgorithm(TorchModelAlgorithm):
         trained, loss, units = self._train(start, client.examples, c.client_optimizer, c.local_epochs,
                                            c.local_steps, c.batch_size, int(rng.integers(2 ** 31)), c.spec_augment)
         delta = {k: trained[k] - start[k] for k in start}
-        metrics = {"loss": loss, "units": float(units)}
-        if not c.compression.enabled:
-            return Update(arrays=delta, weight=float(units), metrics=metrics), None
-        residual = client_state.get("residual") if isinstance(client_state, Mapping) else None
-        sent, residual = compress(delta, c.compression, rng, residual)
-        return Update(arrays=sent, weight=float(units), metrics=metrics), \
-            (None if residual is None else {"residual": residual})
+        return self.encoded(delta, float(units), {"loss": loss, "units": float(units)}, client_state, rng)
 
     # -- evaluation -----------------------------------------------------------------------------------------
 
