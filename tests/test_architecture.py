@@ -40,9 +40,10 @@ LEVELS = {
 
 
 def module_files(src: Path = SRC, package: str = "privasr") -> dict[str, tuple[Path, bool]]:
-    """``{module name: (file, is a package)}`` of every ``.py`` file under ``src/package``."""
+    """``{module name: (file, is a package)}`` of every ``.py`` file under ``src/package``, and of every C
+    extension's source (``.c``, a module named as the file, which imports nothing of the package)."""
     out: dict[str, tuple[Path, bool]] = {}
-    for path in sorted((src / package).rglob("*.py")):
+    for path in sorted([*(src / package).rglob("*.py"), *(src / package).rglob("*.c")]):
         parts = list(path.relative_to(src).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         if is_package:
@@ -88,7 +89,7 @@ def import_graph(src: Path = SRC, package: str = "privasr") -> dict[str, set[str
     """``{module: the privasr modules it imports}`` for every module of ``src/package``."""
     modules = module_files(src, package)
     return {name: imports_of(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), name, is_pkg,
-                             modules, package)
+                             modules, package) if path.suffix == ".py" else set()
             for name, (path, is_pkg) in modules.items()}
 
 

@@ -15,7 +15,15 @@ Storage: words get integer ids (their position in :attr:`NgramModel.vocab`); ord
 the n-grams of order ``n > 1`` are one sorted ``int64`` array of keys ``index(prefix) * (V + 1) + id(last)``,
 where ``index(prefix)`` is the prefix's row in order ``n - 1``. Rows are therefore in lexicographic id order,
 every n-gram needs its prefix to be listed (as ARPA requires), and a lookup is one ``np.searchsorted``
-per order. :meth:`NgramModel.score_batch` looks up all tokens of all sentences at once, order by order.
+per order.
+
+Queries run on a compiled engine (the C extension ``privasr.lm.ngram._engine``, built at install time): on the
+first query it builds one hash table per order ``n > 1`` from these keys to their rows, probabilities and
+backoffs (two 32-byte slots per n-gram, beside the arrays' 24 bytes) and then scores a batch of token lists in
+one call, reading word ids from the vocabulary dict. Its arithmetic is the numpy path's, operation for
+operation, so both give the same float64 scores. Where the extension is not built (no C compiler at install
+time) every query takes the numpy path: :meth:`NgramModel.score_batch` then looks up all tokens of all sentences
+at once, order by order. :data:`QUERY_ENGINE` says which one is in use.
 
 For decoders, :meth:`NgramModel.begin_state` / :meth:`NgramModel.advance` score word by word; states are
 hashable tuples of word ids, truncated (like KenLM's) to the longest context the model lists, so equal states
@@ -39,8 +47,9 @@ always give equal future scores.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +57,15 @@ from privasr.errors import InputError
 from privasr.lm.base import BOS, EOS, UNK, SentenceScore
 from privasr.lm.ngram.keyindex import KeyIndex
 
-__all__ = ["NgramModel", "NgramState", "StructureError"]
+try:  # the compiled query engine (setup.py builds it where a C compiler is available)
+    from privasr.lm.ngram._engine import Engine as _Engine
+except ImportError:  # pragma: no cover - installs without a compiler
+    _Engine = None
+
+__all__ = ["NgramModel", "NgramState", "QUERY_ENGINE", "StructureError"]
+
+QUERY_ENGINE = "compiled" if _Engine is not None else "numpy"
+"""The query engine of this install: ``"compiled"`` (the C extension) or ``"numpy"`` (the fallback)."""
 
 NgramState = tuple[int, ...]
 """A decoding state: the ids of the context words (oldest first), at most ``order - 1`` of them."""
@@ -79,7 +96,16 @@ class NgramModel:
     """
 
     __slots__ = ("_order", "_vocab", "_ids", "_mult", "_keys", "_prob", "_bow", "_unk", "_bos", "_eos",
-                 "_hashed", "_queried")
+                 "_hashed", "_queried", "_engine", "advance")
+
+    advance: Callable[[NgramState, str], tuple[float, NgramState]]
+    """``advance(state, word)``: score ``word`` after ``state``; return ``(log10 prob, new state)``.
+
+    Equal to :meth:`logprob` of the word given the words that led to ``state``; end a sentence with
+    ``advance(state, "</s>")``. An OOV word without ``<unk>`` scores ``-inf`` and resets the state. An attribute,
+    not a method: after the model's first query it is the compiled engine's own function (or the numpy path's
+    :meth:`_advance_numpy`), so a word-by-word decoder pays no Python call around it.
+    """
 
     def __init__(self, vocab: Sequence[str], keys: Sequence[np.ndarray], probs: Sequence[np.ndarray],
                  bows: Sequence[np.ndarray]) -> None:
@@ -104,10 +130,28 @@ class NgramModel:
         # size, so that building it costs less than the binary searches already done) and that running count
         self._hashed: list[KeyIndex | None] = [None] * self._order
         self._queried = [0] * self._order
+        self._engine: Any = None  # the compiled engine, once the first query has built it; False: numpy path
+        self.advance = self._advance_first
+
+    def _compiled(self) -> Any:
+        """The compiled engine over this model's arrays, or ``None`` for the numpy path. The choice is made
+        once, at the model's first query: the engine where the extension is built (the tests set the module's
+        ``_Engine`` to ``None`` to get a model on the numpy path) and the order is at most 63."""
+        if self._engine is None:
+            self._engine = False
+            if _Engine is not None:
+                try:
+                    self._engine = _Engine(self._ids, self._keys, self._prob, self._bow, self._unk, self._bos)
+                except ValueError:  # an order the engine does not support (over 63)
+                    pass
+            # a decoder calls advance once per word: on the engine it is the engine's own method, no wrapper
+            self.advance = self._engine.advance if self._engine else self._advance_numpy
+        return self._engine or None
 
     def __getstate__(self) -> dict[str, object]:
-        """The model without its lookup indexes (rebuilt on demand)."""
-        return {k: getattr(self, k) for k in self.__slots__ if k not in ("_hashed", "_queried")}
+        """The model without its lookup indexes and query engine (rebuilt on demand)."""
+        rebuilt = ("_hashed", "_queried", "_engine", "advance")
+        return {k: getattr(self, k) for k in self.__slots__ if k not in rebuilt}
 
     def __setstate__(self, state: Mapping[str, object]) -> None:
         for k, v in state.items():
@@ -342,12 +386,12 @@ class NgramModel:
                 return ctx[start:]
         return ()
 
-    def advance(self, state: NgramState, word: str) -> tuple[float, NgramState]:
-        """Score ``word`` after ``state``; return ``(log10 prob, new state)``.
+    def _advance_first(self, state: NgramState, word: str) -> tuple[float, NgramState]:
+        self._compiled()  # picks the query path and sets advance to it
+        return self.advance(state, word)
 
-        Equal to :meth:`logprob` of the word given the words that led to ``state``; end a sentence with
-        ``advance(state, "</s>")``. An OOV word without ``<unk>`` scores ``-inf`` and resets the state.
-        """
+    def _advance_numpy(self, state: NgramState, word: str) -> tuple[float, NgramState]:
+        """:attr:`advance` on the numpy path (the compiled engine's ``advance`` gives the same results)."""
         w = self.word_id(word)
         lp = self._logprob_ids(w, state)
         return lp, (self._truncate((*state, w)) if w >= 0 else ())
@@ -364,7 +408,14 @@ class NgramModel:
         sents = [s if isinstance(s, tuple) else tuple(s) for s in sentences]
         if not sents:
             return []
-        logprobs, oov, lens = self._score_sentences(sents, bos, eos)
+        engine = self._compiled()
+        if engine is not None:
+            lens = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents)) + (1 if eos else 0)
+            logprobs = np.empty(int(lens.sum()))
+            oov = np.empty(len(logprobs), dtype=bool)
+            engine.score(sents, bos, EOS if eos else None, np.empty(len(sents)), None, logprobs, oov)
+        else:
+            logprobs, oov, lens = self._score_sentences(sents, bos, eos)
         out = []
         lo = 0
         extra = (EOS,) if eos else ()
@@ -385,6 +436,11 @@ class NgramModel:
         """
         if not len(sentences):
             return np.zeros(0), np.zeros(0, dtype=np.int64)
+        engine = self._compiled()
+        if engine is not None:
+            totals, oovs = np.empty(len(sentences)), np.empty(len(sentences), dtype=np.int64)
+            engine.score(sentences, bos, EOS if eos else None, totals, oovs, None, None)
+            return totals, oovs
         logprobs, oov, lens = self._score_sentences(sentences, bos, eos)
         starts = np.cumsum(lens) - lens
         nonempty = lens > 0
