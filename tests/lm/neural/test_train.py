@@ -278,7 +278,8 @@ def test_losses_read_in_batches_give_the_same_run(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("frozen", [False, True])
-def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool) -> None:
+@pytest.mark.parametrize("n", [600, 1, 0])  # more rows than one block; one row; none
+def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool, n: int) -> None:
     """The CPU loss that computes its gradients block by block gives cross_entropy's loss and gradients, also
     for targets the model finds very unlikely (logits far apart) and when the output layer is frozen."""
     import torch.nn.functional as F
@@ -286,7 +287,7 @@ def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool) -> None
     from privasr.lm.neural.train import _LinearNll
 
     g = torch.Generator().manual_seed(0)
-    n, d, v = 600, 16, 300  # more rows than one block
+    d, v = 16, 300
     h = torch.randn(n, d, generator=g, requires_grad=True)
     w = (torch.randn(v, d, generator=g) * 3).requires_grad_(not frozen)
     b = torch.randn(v, generator=g).requires_grad_(not frozen) if bias else None
