@@ -130,6 +130,13 @@ def test_engine_is_rebuilt_after_pickling_and_refuses_bad_arrays() -> None:
         model_mod._Engine(m._ids, m._keys, m._prob, m._bow[:1], m._unk, m._bos)
     with pytest.raises(ValueError, match="too small"):
         m._compiled().score([["a", "b"]], True, "</s>", np.empty(1), None, np.empty(2), None)
+    with pytest.raises(TypeError, match="totals"):
+        m._compiled().score([["a", "b"]], True, "</s>", None, None, None, None)
+    bare = model_mod._Engine.__new__(model_mod._Engine)  # never initialised: refuses, does not crash
+    with pytest.raises(RuntimeError, match="not initialised"):
+        bare.advance((), "a")
+    with pytest.raises(RuntimeError, match="not initialised"):
+        bare.score([["a"]], True, None, np.empty(1), None, None, None)
 
 
 @compiled

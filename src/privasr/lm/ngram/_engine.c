@@ -41,7 +41,13 @@ typedef struct {
     Py_buffer *prob;    /* order buffers, float64 */
     Py_buffer *bow;     /* order buffers, float64 */
     Table *tables;      /* tables[n - 1] for n >= 2 */
+    int ready;          /* set once __init__ has succeeded */
 } Engine;
+
+static int check_ready(const Engine *self) {
+    if (!self->ready) PyErr_SetString(PyExc_RuntimeError, "the Engine is not initialised");
+    return self->ready;
+}
 
 #define MAX_ORDER 63 /* rows of the n-grams ending at a token live on the stack */
 #ifndef SLOTS_PER_NGRAM
@@ -95,11 +101,9 @@ static int table_build(Table *t, const int64_t *keys, const double *prob, const 
 }
 
 static void Engine_dealloc(Engine *self) {
-    if (self->prob) {
-        for (int n = 0; n < self->order; n++) {
-            if (self->prob[n].obj) PyBuffer_Release(&self->prob[n]);
-            if (self->bow[n].obj) PyBuffer_Release(&self->bow[n]);
-        }
+    for (int n = 0; n < self->order; n++) {
+        if (self->prob && self->prob[n].obj) PyBuffer_Release(&self->prob[n]);
+        if (self->bow && self->bow[n].obj) PyBuffer_Release(&self->bow[n]);
     }
     if (self->tables) {
         for (int n = 0; n < self->order; n++) free(self->tables[n].slots);
@@ -193,6 +197,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwds) {
         PyBuffer_Release(&kb);
         if (rc < 0) return -1;
     }
+    self->ready = 1;
     return 0;
 }
 
@@ -276,8 +281,13 @@ static int get_out(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize
 static PyObject *Engine_score(Engine *self, PyObject *args) {
     PyObject *sentences, *eos_word, *o_tot, *o_oov, *o_lp, *o_tok;
     int bos;
-    if (!PyArg_ParseTuple(args, "OpOOOOO", &sentences, &bos, &eos_word, &o_tot, &o_oov, &o_lp, &o_tok))
+    if (!check_ready(self) ||
+        !PyArg_ParseTuple(args, "OpOOOOO", &sentences, &bos, &eos_word, &o_tot, &o_oov, &o_lp, &o_tok))
         return NULL;
+    if (o_tot == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "totals: expected a writable float64 buffer");
+        return NULL;
+    }
     PyObject *sents = PySequence_Fast(sentences, "sentences must be a sequence");
     if (!sents) return NULL;
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(sents);
@@ -470,6 +480,7 @@ static PyObject *advance_tuple(Engine *self, PyObject *state, PyObject *word) {
 }
 
 static PyObject *Engine_advance(Engine *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!check_ready(self)) return NULL;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "advance(state, word) takes 2 arguments");
         return NULL;
