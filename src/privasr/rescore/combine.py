@@ -48,7 +48,7 @@ import numpy as np
 from privasr import progress
 from privasr.corpus.records import Hypothesis, NBest
 from privasr.errors import ConfigError, InputError
-from privasr.lm.base import LanguageModel
+from privasr.lm.base import LN10, LanguageModel
 
 __all__ = [
     "LMScoreCache",
@@ -85,8 +85,10 @@ Mode = Literal["loglinear", "linear"]
 class LMScoreCache:
     """Natural-log sentence probabilities of one LM, each distinct word sequence scored once.
 
-    Unknown sequences are collected and scored with the model's ``score_batch`` in batches of
-    ``batch_size``; :attr:`requests` and :attr:`scored` count lookups and actual model calls per sentence.
+    Unknown sequences are collected and scored in batches of ``batch_size`` with the model's ``score_totals``
+    where it has one (:class:`~privasr.lm.ngram.model.NgramModel`: log10 totals, OOVs as ``<unk>``, without
+    per-token objects), else its ``score_batch``; :attr:`requests` and :attr:`scored` count lookups and actual
+    model calls per sentence.
 
     >>> class Unigram:
     ...     order = 1
@@ -124,12 +126,16 @@ class LMScoreCache:
         with progress.task(f"scoring hypotheses ({type(self.lm).__name__})", total=len(todo), transient=True) as bar:
             for i in range(0, len(todo), self.batch_size):
                 chunk = todo[i : i + self.batch_size]
-                results = self.lm.score_batch(chunk, bos=True, eos=True)
-                if len(results) != len(chunk):
-                    raise InputError(f"{type(self.lm).__name__}.score_batch returned {len(results)} scores for "
-                                     f"{len(chunk)} sentences", expected="one score per sentence")
-                for k, r in zip(chunk, results, strict=True):
-                    self._scores[k] = float(r.ln_total)
+                totals = getattr(self.lm, "score_totals", None)
+                if totals is not None:
+                    lns = (totals(chunk, bos=True, eos=True)[0] * LN10).tolist()
+                else:
+                    results = self.lm.score_batch(chunk, bos=True, eos=True)
+                    if len(results) != len(chunk):
+                        raise InputError(f"{type(self.lm).__name__}.score_batch returned {len(results)} scores "
+                                         f"for {len(chunk)} sentences", expected="one score per sentence")
+                    lns = [float(r.ln_total) for r in results]
+                self._scores.update(zip(chunk, lns, strict=True))
                 self.scored += len(chunk)
                 bar.advance(len(chunk))
         return np.fromiter((self._scores[k] for k in keys), dtype=np.float64, count=len(keys))
