@@ -126,6 +126,17 @@ def test_each_distinct_hypothesis_is_scored_once_and_in_batches(toy_lm):
     assert unique_words(recs) == [("a", "b"), ("c",)]
 
 
+def test_an_ngram_model_is_scored_through_its_totals(monkeypatch):
+    from privasr.lm.ngram.mkn import train_mkn
+
+    lm = train_mkn([["a", "b", "c"], ["b", "c"], ["c", "a"]], 3, discount_fallback=(0.5, 1.0, 1.5))
+    sents = [("a", "b"), ("c",), (), ("zz", "a")]
+    want = [lm.score(s).ln_total for s in sents]
+    monkeypatch.setattr(type(lm), "score_batch", lambda *a, **k: pytest.fail("score_batch was called"))
+    got = LMScoreCache(lm, batch_size=3).ln_probs(sents)
+    assert got.tolist() == pytest.approx(want, abs=1e-12, rel=0)
+
+
 def test_rescoring_is_pure_and_annotates_the_output(toy_lm):
     recs = [_nb("u", [("tha cat", {"am": -1.0}), ("the cat", {"am": -2.0})], ref=("the", "cat"))]
     before = [(nb.utt_id, [(h.words, dict(h.scores), dict(h.meta)) for h in nb.hyps]) for nb in recs]
