@@ -57,6 +57,17 @@ class SentenceScore:
         object.__setattr__(self, "logprobs", lp)
         object.__setattr__(self, "oov", oov)
 
+    @classmethod
+    def _trusted(cls, tokens: tuple[str, ...], logprobs: np.ndarray, oov: np.ndarray) -> SentenceScore:
+        """A score from arrays a model built itself: ``float64`` and ``bool``, one entry per token and read-only
+        (slices of read-only arrays are); skips the checks and copies of the constructor (models build
+        thousands of these per batch)."""
+        out = object.__new__(cls)
+        object.__setattr__(out, "tokens", tokens)
+        object.__setattr__(out, "logprobs", logprobs)
+        object.__setattr__(out, "oov", oov)
+        return out
+
     def total(self, include_oov: bool = True) -> float:
         """Sum of log10 probabilities (OOV tokens included, as ``<unk>``, unless ``include_oov`` is false)."""
         lp = self.logprobs if include_oov else self.logprobs[~self.oov]

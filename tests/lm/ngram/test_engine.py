@@ -48,6 +48,18 @@ def _same(m: NgramModel, sents: list[list[str]]) -> None:
                 steps.append((lp, st_))
         runs[name] = steps
     assert m._compiled() is not None
+    for bos in (True, False):
+        for eos in (True, False):
+            (ct, co, cb), (nt, no, nb) = runs["compiled", bos, eos], runs["numpy", bos, eos]
+            assert np.allclose(ct, nt, rtol=0, atol=1e-12) and np.array_equal(np.isinf(ct), np.isinf(nt))
+            assert np.array_equal(co, no)
+            for a, b in zip(cb, nb, strict=True):
+                assert a.tokens == b.tokens and np.array_equal(a.logprobs, b.logprobs) and np.array_equal(a.oov, b.oov)
+                assert a.logprobs.dtype == np.float64 and a.oov.dtype == bool
+                assert not (a.logprobs.flags.writeable or a.oov.flags.writeable or b.logprobs.flags.writeable)
+    assert runs["compiled"] == runs["numpy"]  # word by word: the same scores and the same states
+
+
 @compiled
 def test_the_install_uses_the_compiled_engine() -> None:
     assert model_mod.QUERY_ENGINE == "compiled"

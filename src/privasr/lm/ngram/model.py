@@ -404,7 +404,8 @@ class NgramModel:
 
     def score_batch(self, sentences: Sequence[Sequence[str]], *, bos: bool = True,
                     eos: bool = True) -> list[SentenceScore]:
-        """Score many sentences at once: every order is looked up for all tokens with one ``searchsorted``."""
+        """Score many sentences at once (one call of the compiled engine; on the numpy path every order is looked
+        up for all tokens at once)."""
         sents = [s if isinstance(s, tuple) else tuple(s) for s in sentences]
         if not sents:
             return []
@@ -416,11 +417,13 @@ class NgramModel:
             engine.score(sents, bos, EOS if eos else None, np.empty(len(sents)), None, logprobs, oov)
         else:
             logprobs, oov, lens = self._score_sentences(sents, bos, eos)
+        logprobs.setflags(write=False)  # every sentence's scores are a read-only slice of these
+        oov.setflags(write=False)
         out = []
         lo = 0
         extra = (EOS,) if eos else ()
         for s, n in zip(sents, lens.tolist(), strict=True):
-            out.append(SentenceScore(s + extra, logprobs[lo:lo + n], oov[lo:lo + n]))
+            out.append(SentenceScore._trusted(s + extra, logprobs[lo:lo + n], oov[lo:lo + n]))
             lo += n
         return out
 
