@@ -158,3 +158,18 @@ def test_orders_beyond_the_engine_fall_back_to_numpy() -> None:
     assert m.order == 65
     assert m.score_totals([["a", "a"]], eos=False)[0].tolist() == [-1.0]
     assert m._engine is False and m.advance == m._advance_numpy
+
+
+@compiled
+def test_a_token_that_changes_its_sentence_is_an_error_not_a_crash() -> None:
+    m = train_mkn([["a", "b", "c"], ["b", "c", "a"]], 2, discount_fallback=(0.5, 1.0, 1.5))
+    sent: list[object] = []
+
+    class Shrinking:
+        def __hash__(self) -> int:
+            sent.clear()  # a token whose hash empties the sentence under the engine
+            return 0
+
+    sent.extend([Shrinking(), "a", "b"])
+    with pytest.raises(RuntimeError, match="changed while"):
+        m.score_totals([sent])

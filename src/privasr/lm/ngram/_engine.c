@@ -307,10 +307,14 @@ static PyObject *Engine_score(Engine *self, PyObject *args) {
     const int with_eos = eos_word != Py_None;
     if (with_eos && word_id(self, eos_word, &eos_id, &eos_missing) < 0) goto fail;
     for (Py_ssize_t s = 0; s < ns; s++) {
+        /* sizes are re-read before each item: a token's own __hash__ / __eq__ (not a str's) could change a list */
+        if (s >= PySequence_Fast_GET_SIZE(sents)) {
+            PyErr_SetString(PyExc_RuntimeError, "the sentences changed while they were scored");
+            goto fail;
+        }
         PyObject *seq = PySequence_Fast(PySequence_Fast_GET_ITEM(sents, s), "each sentence must be a sequence");
         if (!seq) goto fail;
         Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
-        PyObject **words = PySequence_Fast_ITEMS(seq);
         Py_ssize_t pos = 0;
         double total = 0.0;
         int64_t noov = 0;
@@ -325,7 +329,16 @@ static PyObject *Engine_score(Engine *self, PyObject *args) {
             int64_t id;
             int missing;
             if (i < len) {
-                if (word_id(self, words[i], &id, &missing) < 0) {
+                if (i >= PySequence_Fast_GET_SIZE(seq)) {
+                    Py_DECREF(seq);
+                    PyErr_SetString(PyExc_RuntimeError, "a sentence changed while it was scored");
+                    goto fail;
+                }
+                PyObject *word = PySequence_Fast_GET_ITEM(seq, i);
+                Py_INCREF(word);
+                int rc = word_id(self, word, &id, &missing);
+                Py_DECREF(word);
+                if (rc < 0) {
                     Py_DECREF(seq);
                     goto fail;
                 }
