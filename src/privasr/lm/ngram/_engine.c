@@ -63,8 +63,8 @@ static inline uint64_t home(const Table *t, int64_t key) {
     return (uint64_t)(((unsigned __int128)((uint64_t)key * FIB) * t->size) >> 64);
 }
 
-static inline const Slot *table_find(const Table *t, int64_t key) {
-    uint64_t pos = home(t, key);
+/* The slot of key, probing from pos (its home), or NULL. */
+static inline const Slot *table_find_from(const Table *t, int64_t key, uint64_t pos) {
     for (;;) {
         const Slot *s = &t->slots[pos];
         if (s->key == key) return s;
@@ -72,6 +72,8 @@ static inline const Slot *table_find(const Table *t, int64_t key) {
         if (++pos == t->size) pos = 0;
     }
 }
+
+static inline const Slot *table_find(const Table *t, int64_t key) { return table_find_from(t, key, home(t, key)); }
 
 static int table_build(Table *t, const int64_t *keys, const double *prob, const double *bow, Py_ssize_t n) {
     t->size = (uint64_t)(n * SLOTS_PER_NGRAM) + 8;
@@ -228,21 +230,23 @@ static inline double step(const Engine *self, int64_t id, Py_ssize_t pos, const 
     const int valid = id >= 0 && id < self->v;
     int nstar = 0;
     double p = -INFINITY;
+    int64_t keys[MAX_ORDER];   /* the key to look up per order, -1: none (no context, or an unknown word) */
+    uint64_t homes[MAX_ORDER];
     if (valid) {
         cur[0] = (Hit){id, ((const double *)self->bow[0].buf)[id]};
         p = ((const double *)self->prob[0].buf)[id];
         nstar = 1;
-        /* the lookups of all orders are independent: start their memory loads together */
-        for (int n = 1; n < order; n++)
-            if (pos >= n && prev[n - 1].row >= 0)
-                __builtin_prefetch(&self->tables[n].slots[home(&self->tables[n], prev[n - 1].row * self->mult + id)]);
     } else {
         cur[0] = (Hit){-1, 0.0};
     }
+    /* the lookups of all orders are independent: start their memory loads together, then probe */
     for (int n = 1; n < order; n++) {
-        const Slot *s = valid && pos >= n && prev[n - 1].row >= 0
-                            ? table_find(&self->tables[n], prev[n - 1].row * self->mult + id)
-                            : NULL;
+        keys[n] = valid && pos >= n && prev[n - 1].row >= 0 ? prev[n - 1].row * self->mult + id : -1;
+        homes[n] = keys[n] >= 0 ? home(&self->tables[n], keys[n]) : 0;
+        if (keys[n] >= 0) __builtin_prefetch(&self->tables[n].slots[homes[n]]);
+    }
+    for (int n = 1; n < order; n++) {
+        const Slot *s = keys[n] >= 0 ? table_find_from(&self->tables[n], keys[n], homes[n]) : NULL;
         if (s) {
             cur[n] = (Hit){s->row, s->bow};
             p = s->prob;
