@@ -244,12 +244,7 @@ def _query(metrics: dict[str, Any], skipped: dict[str, str], arpa: Path, dev: li
         "batch": lambda: model.score_totals(dev), "objs": lambda: model.score_batch(dev),
         "n10": lambda: nbest10(model), "state": stateful}
     if model_mod._Engine is not None:  # the fallback, for the record (what an install without a compiler gets)
-        engine, model_mod._Engine = model_mod._Engine, None
-        try:  # the query path of a model is chosen at its first query
-            plain = model_mod.NgramModel(model.vocab, model._keys, model._prob, model._bow)
-            plain.score_totals(dev[:1])
-        finally:
-            model_mod._Engine = engine
+        plain = model._numpy_twin()
         paths.update(numpy=lambda: plain.score_totals(dev), nbest10_numpy=lambda: nbest10(plain))
     try:
         import kenlm  # type: ignore[import-not-found]

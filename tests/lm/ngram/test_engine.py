@@ -19,22 +19,10 @@ from privasr.lm.ngram.model import NgramModel
 compiled = pytest.mark.skipif(model_mod._Engine is None, reason="the compiled engine is not built in this install")
 
 
-def _numpy_copy(m: NgramModel) -> NgramModel:
-    """A copy of ``m`` on the numpy path (the path is chosen at a model's first query)."""
-    engine, model_mod._Engine = model_mod._Engine, None
-    try:
-        ref = pickle.loads(pickle.dumps(m))
-        ref.score_totals([["a"]])
-    finally:
-        model_mod._Engine = engine
-    assert ref._engine is False
-    return ref
-
-
 def _same(m: NgramModel, sents: list[list[str]]) -> None:
     """Every query of ``m`` on ``sents`` through the engine equals the numpy path's."""
     runs = {}
-    for name, lm in (("compiled", m), ("numpy", _numpy_copy(m))):
+    for name, lm in (("compiled", m), ("numpy", m._numpy_twin())):
         for bos in (True, False):
             for eos in (True, False):
                 tot, oov = lm.score_totals(sents, bos=bos, eos=eos)
@@ -112,7 +100,7 @@ def test_random_models_and_queries_score_the_same(order: int, seed: int, sents: 
 @compiled
 def test_inputs_are_taken_as_the_numpy_path_takes_them() -> None:
     m = train_mkn([["a", "b", "c"], ["b", "c", "a"]], 3, discount_fallback=(0.5, 1.0, 1.5))
-    ref = _numpy_copy(m)
+    ref = m._numpy_twin()
     # tuples, lists and other sequences of tokens; tokens that are not words are OOVs
     mixed = [("a", "b"), ["b", "c"], "abc", [1, None, "a"]]
     got, want = m.score_totals(mixed), ref.score_totals(mixed)
@@ -133,6 +121,8 @@ def test_inputs_are_taken_as_the_numpy_path_takes_them() -> None:
 def test_engine_is_rebuilt_after_pickling_and_refuses_bad_arrays() -> None:
     m = train_mkn([["a", "b", "c"], ["b", "c", "a"]], 2, discount_fallback=(0.5, 1.0, 1.5))
     tot = m.score_totals([["a", "b"]])[0]
+    twin = m._numpy_twin()  # the same arrays on the numpy path
+    assert twin._compiled() is None and twin.advance == twin._advance_numpy and twin._prob[0] is m._prob[0]
     copy = pickle.loads(pickle.dumps(m))
     assert copy._engine is None and copy.advance == copy._advance_first
     assert np.array_equal(copy.score_totals([["a", "b"]])[0], tot) and copy._engine

@@ -135,8 +135,8 @@ class NgramModel:
 
     def _compiled(self) -> Any:
         """The compiled engine over this model's arrays, or ``None`` for the numpy path. The choice is made
-        once, at the model's first query: the engine where the extension is built (the tests set the module's
-        ``_Engine`` to ``None`` to get a model on the numpy path) and the order is at most 63."""
+        once, at the model's first query: the engine where the extension is built and the order is at most 63
+        (:meth:`_numpy_twin` gives a model on the numpy path)."""
         if self._engine is None:
             self._engine = False
             if _Engine is not None:
@@ -147,6 +147,14 @@ class NgramModel:
             # a decoder calls advance once per word: on the engine it is the engine's own method, no wrapper
             self.advance = self._engine.advance if self._engine else self._advance_numpy
         return self._engine or None
+
+    def _numpy_twin(self) -> NgramModel:
+        """The same model (sharing its arrays) on the numpy query path: the compiled engine's oracle in the tests
+        and its baseline in ``privasr bench ngram``."""
+        twin = NgramModel(self._vocab, self._keys, self._prob, self._bow)
+        twin._engine = False
+        twin.advance = twin._advance_numpy
+        return twin
 
     def __getstate__(self) -> dict[str, object]:
         """The model without its lookup indexes and query engine (rebuilt on demand)."""
