@@ -112,7 +112,7 @@ def load_text(seed: int) -> tuple[str, list[list[str]]]:
 
 
 _MODEL_KEYS = ("_preset", "_parameters", "_vocab_size")
-_STATIC = ("_preset", "_parameters", "_vocab_size", "_flops_per_token", "_padding_fraction", "_mean_padded_len")
+_STATIC = (*_MODEL_KEYS, "_flops_per_token", "_padding_fraction", "_mean_padded_len")
 
 
 def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> dict[str, Any]:

@@ -123,10 +123,10 @@ class LMScoreCache:
         keys = [tuple(s) for s in sentences]
         self.requests += len(keys)
         todo = list(dict.fromkeys(k for k in keys if k not in self._scores))
+        totals = getattr(self.lm, "score_totals", None)
         with progress.task(f"scoring hypotheses ({type(self.lm).__name__})", total=len(todo), transient=True) as bar:
             for i in range(0, len(todo), self.batch_size):
                 chunk = todo[i : i + self.batch_size]
-                totals = getattr(self.lm, "score_totals", None)
                 if totals is not None:
                     lns = (totals(chunk, bos=True, eos=True)[0] * LN10).tolist()
                 else:
