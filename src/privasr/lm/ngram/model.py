@@ -21,9 +21,10 @@ Queries run on a compiled engine (the C extension ``privasr.lm.ngram._engine``, 
 first query it builds one hash table per order ``n > 1`` from these keys to their rows, probabilities and
 backoffs (two 32-byte slots per n-gram, beside the arrays' 24 bytes) and then scores a batch of token lists in
 one call, reading word ids from the vocabulary dict. Its arithmetic is the numpy path's, operation for
-operation, so both give the same float64 token scores and states (sentence totals agree to summation order). Where the extension is not built (no C compiler at install
-time) every query takes the numpy path: :meth:`NgramModel.score_batch` then looks up all tokens of all sentences
-at once, order by order. :data:`QUERY_ENGINE` says which one is in use.
+operation, so both give the same float64 token scores and states (sentence totals agree to summation order).
+Where the extension is not built (no C compiler at install time) every query takes the numpy path:
+:meth:`NgramModel.score_batch` then looks up all tokens of all sentences at once, order by order.
+:data:`QUERY_ENGINE` says which one is in use.
 
 For decoders, :meth:`NgramModel.begin_state` / :attr:`NgramModel.advance` score word by word; states are
 hashable tuples of word ids, truncated (like KenLM's) to the longest context the model lists, so equal states
