@@ -1,10 +1,16 @@
-"""Build hook for the optional compiled n-gram query engine (everything else is in pyproject.toml).
+"""Build hook for the optional compiled modules (everything else is in pyproject.toml): the n-gram query engine
+and the neural trainer's dropout masks.
 
-``optional=True``: where no C compiler is available the install still succeeds and
-:class:`privasr.lm.ngram.model.NgramModel` uses its numpy query path.
+``optional=True``: where no C compiler is available the install still succeeds;
+:class:`privasr.lm.ngram.model.NgramModel` then uses its numpy query path and
+:mod:`privasr.lm.neural.dropout` torch's own dropout.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("privasr.lm.ngram._engine", ["src/privasr/lm/ngram/_engine.c"],
-                             extra_compile_args=["-O3"], optional=True)])
+setup(ext_modules=[
+    Extension("privasr.lm.ngram._engine", ["src/privasr/lm/ngram/_engine.c"], extra_compile_args=["-O3"],
+              optional=True),
+    Extension("privasr.lm.neural._dropout", ["src/privasr/lm/neural/_dropout.c"], extra_compile_args=["-O3"],
+              optional=True),
+])

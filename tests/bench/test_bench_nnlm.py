@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -68,5 +69,11 @@ def test_nnlm_train_quick_on_synthetic_text(tmp_path: Path, monkeypatch: pytest.
     for name in ("transformer", "lstm", "lstm_class"):
         assert m[f"{name}_tokens_per_s"] > 0 and 0 < m[f"{name}_fraction_of_matmul"]
     assert m["class_softmax_speedup_vs_full"] > 0
+    # each model's fraction is the median of its rounds, each against the matmul rate measured just before it
+    for name in ("transformer", "lstm"):
+        rounds = m[f"{name}_fraction_of_matmul_rounds"]
+        assert len(rounds) == len(m[f"{name}_matmul_gflop_per_s_rounds"]) == bench.ROUNDS
+        assert m[f"{name}_fraction_of_matmul"] == pytest.approx(float(np.median(rounds)))
+    assert m["dropout_speedup_vs_torch"] > 0 and m["dropout_ns_per_element"] > 0
     # the class softmax's output layer is counted as C + V/C rows, not V
     assert m["lstm_class_flops_per_token"] < m["lstm_flops_per_token"]

@@ -4,8 +4,13 @@
 real trainer (:func:`privasr.lm.neural.train.train_lm`: padded sentence batches of 32, Adam, clipping) for a
 fixed number of steps on the AMI training transcripts (``../shared/golden/kenlm-mkn/ami_train.txt.xz``, the
 normalised text, full vocabulary) when present, else on synthetic Zipf-distributed sentences of AMI-like length
-and vocabulary size. In the same run it measures ``torch.matmul`` on 1024 x 1024 fp32 matrices (best of 5) with
-the same thread count.
+and vocabulary size. Each model's timed steps run in :data:`ROUNDS` rounds (resumed from the checkpoint of the
+previous one), and just before each round ``torch.matmul`` on 1024 x 1024 fp32 matrices is measured (best of 3,
+the same thread count). A model's ``fraction_of_matmul`` is the median over its rounds of the round's useful
+GFLOP/s over the matmul rate measured just before it: on a shared machine the matmul rate swings by a third from
+one minute to the next, so each throughput is compared with a reference taken at the same time
+(``*_fraction_of_matmul_rounds`` and ``*_matmul_gflop_per_s_rounds`` list the rounds; ``matmul_gflop_per_s`` is
+the median of all rounds' rates).
 
 FLOPs per training token are counted as ``6 x`` the parameters used in matrix products (all linear layers,
 LSTM gate matrices and the output softmax layer; embedding look-ups excluded) plus, for the Transformer,
@@ -21,12 +26,17 @@ batches of 32 sentences (the size the experiments train with) and at the larger 
 :data:`CUDA_BATCH_SIZES` (suffix ``_b256``, ``_b1024``, then ``_amp`` for bf16);
 ``*_best_fraction_of_matmul`` is the best fp32 fraction and ``*_best_fraction_setting`` its batch size.
 
+On the CPU the run also times the trainer's dropout (:mod:`privasr.lm.neural.dropout`, torch's masks drawn by the
+compiled module) against ``F.dropout`` on 2^20 elements: ``dropout_ns_per_element``,
+``dropout_torch_ns_per_element``, ``dropout_speedup_vs_torch`` and ``dropout_compiled_masks`` (whether the
+compiled masks are in use; without them both time torch's dropout).
+
 The ``small-lstm-class`` preset (the same LSTM with a class-factored softmax of ``sqrt(V)`` frequency-binned
 classes) is timed too: ``class_softmax_speedup_vs_full`` is its tokens/s over the full-softmax ``small-lstm``'s.
 Its output FLOPs count the class layer and ``V / C`` word rows per token (frequency bins hold equal token mass).
 
 Metrics per model (``transformer_*``, ``lstm_*``, ``lstm_class_*``): ``tokens_per_s``, ``gflop_per_s`` (useful FLOPs),
-``fraction_of_matmul`` (``gflop_per_s / matmul_gflop_per_s``), ``flops_per_token``, ``parameters``, and
+``fraction_of_matmul`` (the median of the rounds' fractions), ``flops_per_token``, ``parameters``, and
 ``ami_epoch_s`` (the training text's tokens, ``</s>`` included, / tokens_per_s: one epoch's training time,
 validation excluded).
 """
@@ -42,7 +52,7 @@ from privasr.bench import device_name, matmul_flops
 from privasr.errors import ConfigError
 from privasr.results import write_results
 
-__all__ = ["run", "matmul_gflops", "flops_per_token", "load_text"]
+__all__ = ["run", "matmul_gflops", "flops_per_token", "load_text", "dropout_speed"]
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 5, device: str = "cpu", dtype: str = "float32") -> float:
@@ -111,6 +121,32 @@ def load_text(seed: int) -> tuple[str, list[list[str]]]:
     return "synthetic Zipf sentences (AMI-like: 28k sentences, mean length 14, 12k word types)", sents
 
 
+def dropout_speed(n: int = 1 << 20, rounds: int = 7) -> dict[str, Any]:
+    """Dropout (p 0.1) of ``n`` float32 elements on the CPU: :func:`privasr.lm.neural.dropout.dropout` against
+    ``F.dropout`` (which gives the same values), interleaved, best of ``rounds`` each, in ns per element.
+
+    >>> m = dropout_speed(4096, rounds=1)
+    >>> m["dropout_speedup_vs_torch"] > 0 and isinstance(m["dropout_compiled_masks"], bool)
+    True
+    """
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    from privasr.lm.neural.dropout import dropout, fast_masks
+
+    x = torch.ones(n)
+    best = {"ours": float("inf"), "torch": float("inf")}
+    for _ in range(rounds):
+        for name, fn in (("ours", lambda: dropout(x, 0.1)), ("torch", lambda: F.dropout(x, 0.1, True))):
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {"dropout_ns_per_element": best["ours"] / n * 1e9, "dropout_torch_ns_per_element": best["torch"] / n * 1e9,
+            "dropout_speedup_vs_torch": best["torch"] / best["ours"], "dropout_compiled_masks": fast_masks()}
+
+
 _MODEL_KEYS = ("_preset", "_parameters", "_vocab_size")
 _STATIC = (*_MODEL_KEYS, "_flops_per_token", "_padding_fraction", "_mean_padded_len")
 
@@ -164,6 +200,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
                        ["", *(f"_b{bs}" for bs in CUDA_BATCH_SIZES)])
             metrics[f"{name}_best_fraction_of_matmul"] = best[0]
             metrics[f"{name}_best_fraction_setting"] = f"fp32, batch {best[1][2:] or opts.batch_size}"
+    if not cuda:
+        metrics.update(dropout_speed())
     write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
                                "steps": steps, "warmup_steps": warm, "models": dict(models), "device": device,
                                "device_name": device_name(device)},
@@ -171,6 +209,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     return metrics
 
 
+ROUNDS = 4
+"""Each model's timed steps are split into this many rounds, each paired with a matmul measurement just before it."""
 CUDA_BATCH_SIZES = (256, 1024)
 """On CUDA, the paper-sized models are also timed at these batch sizes (sentences per batch)."""
 _CPU_MODELS = (("transformer", "small-transformer"), ("lstm", "small-lstm"), ("lstm_class", "small-lstm-class"))
@@ -179,43 +219,64 @@ _CUDA_MODELS = (("paper000_transformer", "paper000-transformer"), ("paper001_lst
 
 def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: int, steps: int,
              seed: int, models: tuple[tuple[str, str], ...] = _CPU_MODELS, device: str = "cpu",
-             mm_dtype: str = "float32") -> dict[str, Any]:
-    """Matmul rate and the models' training throughput at the current thread count (or on ``device``)."""
+             mm_dtype: str = "float32", rounds: int = ROUNDS) -> dict[str, Any]:
+    """The models' training throughput at the current thread count (or on ``device``), each against the matmul
+    rate measured just before each of its ``rounds`` timed stretches (see the module docstring)."""
     import tempfile
 
     from privasr.lm.neural.models import NeuralLMConfig
     from privasr.lm.neural.train import _epoch_batches, encode_sentences, train_lm
 
     tokens_total = sum(len(s) + 1 for s in sents)
-    rate = matmul_gflops(1024 if device == "cpu" else 8192, device=device, dtype=mm_dtype)
-    metrics: dict[str, Any] = {"matmul_gflop_per_s": rate}
+    n = 1024 if device == "cpu" else 8192
+    metrics: dict[str, Any] = {}
+    refs: list[float] = []
+    bounds = [warm + (steps * r) // rounds for r in range(rounds + 1)]
     for name, preset in models:
         cfg = NeuralLMConfig.preset(preset)
-        # warm-up steps (allocator, kernels) are trained but not timed: train `warm` steps, then resume
+        # warm-up steps (allocator, kernels) are trained but not timed: train `warm` steps, then resume a round of
+        # steps at a time, each after a matmul measurement
+        secs, toks, rates = [], [], []
         with tempfile.TemporaryDirectory() as tmp:
-            first = train_lm(sents, valid, cfg, opts.replace(max_steps=warm), out_dir=tmp, seed=seed,
-                             progress=False, device=device)
-            res = train_lm(sents, valid, cfg, opts, out_dir=tmp, seed=seed, progress=False, resume=True,
-                           device=device)
-        # training time and tokens accumulate over the resume: subtract the warm-up part
-        secs = res.metrics["train_seconds"] - first.metrics["train_seconds"]
-        toks = res.metrics["train_tokens"] - first.metrics["train_tokens"]
-        tps = toks / secs
+            done = train_lm(sents, valid, cfg, opts.replace(max_steps=warm), out_dir=tmp, seed=seed,
+                            progress=False, device=device)
+            for stop in bounds[1:]:
+                rates.append(matmul_gflops(n, repeats=3, device=device, dtype=mm_dtype))
+                res = train_lm(sents, valid, cfg, opts.replace(max_steps=stop), out_dir=tmp, seed=seed,
+                               progress=False, resume=True, device=device)
+                # training time and tokens accumulate over resumes: take this round's part
+                secs.append(res.metrics["train_seconds"] - done.metrics["train_seconds"])
+                toks.append(res.metrics["train_tokens"] - done.metrics["train_tokens"])
+                done = res
+        refs.extend(rates)
         seqs = encode_sentences(res.vocab, sents, res.config.max_len)
         lengths = np.array([len(s) - 1 for s in seqs])
-        batches = _epoch_batches(lengths, opts.batch_size, seed, 0, opts.bucket)[warm:warm + steps]
-        padded = sum(len(b) * lengths[b].max() for b in batches)
-        real = sum(lengths[b].sum() for b in batches)
-        mean_t = float(sum(lengths[b].max() * lengths[b].sum() for b in batches) / real)
+        batches = _epoch_batches(lengths, opts.batch_size, seed, 0, opts.bucket)
+        if len(batches) < bounds[-1]:  # max_steps beyond one epoch (large CUDA batches): the epochs in turn
+            batches = [b for e in range(bounds[-1] // len(batches) + 1)
+                       for b in _epoch_batches(lengths, opts.batch_size, seed, e, opts.bucket)]
+        fpts, fractions = [], []
+        for r in range(rounds):
+            part = batches[bounds[r]:bounds[r + 1]]
+            real = sum(lengths[b].sum() for b in part)
+            fpts.append(flops_per_token(res.model, float(sum(lengths[b].max() * lengths[b].sum() for b in part)
+                                                           / real)))
+            fractions.append(toks[r] / secs[r] * fpts[-1] / 1e9 / rates[r])
+        timed = batches[bounds[0]:bounds[-1]]
+        padded = sum(len(b) * lengths[b].max() for b in timed)
+        real = sum(lengths[b].sum() for b in timed)
+        mean_t = float(sum(lengths[b].max() * lengths[b].sum() for b in timed) / real)
+        tps = sum(toks) / sum(secs)
         fpt = flops_per_token(res.model, mean_t)
-        gf = tps * fpt / 1e9
         metrics.update({
             f"{name}_preset": preset, f"{name}_parameters": res.metrics["parameters"],
             f"{name}_vocab_size": len(res.vocab), f"{name}_tokens_per_s": tps, f"{name}_flops_per_token": fpt,
-            f"{name}_gflop_per_s": gf, f"{name}_fraction_of_matmul": gf / rate,
+            f"{name}_gflop_per_s": tps * fpt / 1e9, f"{name}_fraction_of_matmul": float(np.median(fractions)),
+            f"{name}_fraction_of_matmul_rounds": fractions, f"{name}_matmul_gflop_per_s_rounds": rates,
             f"{name}_padding_fraction": float(1 - real / padded), f"{name}_mean_padded_len": mean_t,
             f"{name}_ami_epoch_s": tokens_total / tps,
         })
+    metrics["matmul_gflop_per_s"] = float(np.median(refs))
     if "lstm_class_tokens_per_s" in metrics and "lstm_tokens_per_s" in metrics:
         metrics["class_softmax_speedup_vs_full"] = metrics["lstm_class_tokens_per_s"] / metrics["lstm_tokens_per_s"]
     return metrics

@@ -321,3 +321,15 @@ def test_training_uses_the_fused_loss_and_validation_the_plain_one() -> None:
         plain = token_nll(model, x, y)
     assert fused.grad_fn is not None and "LinearNll" in type(fused.grad_fn).__name__
     assert abs(float(fused.detach()) - float(plain)) <= 1e-5 * float(plain)
+
+
+def test_fused_linear_nll_refuses_a_second_backward_pass() -> None:
+    """Its backward pass scales the saved gradients in place, so a second one (retain_graph) would be wrong."""
+    from privasr.lm.neural.train import _LinearNll
+
+    h = torch.randn(5, 4, requires_grad=True)
+    loss = _LinearNll.apply(h, torch.randn(7, 4, requires_grad=True), torch.zeros(7, requires_grad=True),
+                            torch.tensor([0, 1, 2, 3, 6]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward pass"):
+        loss.backward()

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from privasr.errors import ConfigError
+from privasr.lm.neural.dropout import Dropout, attention, lstm
 from privasr.lm.neural.vocab import SPECIALS, Vocabulary
 
 __all__ = ["NeuralLMConfig", "PRESETS", "build_model", "TransformerLM", "LstmLM", "CharWordEmbedding",
@@ -478,11 +479,11 @@ class _SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        p = self.dropout if self.training else 0.0
+        # F.scaled_dot_product_attention's results, with the attention dropout drawn faster on the CPU
         if mask is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            y = attention(q, k, v, dropout_p=self.dropout, training=self.training, is_causal=True)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], dropout_p=p)
+            y = attention(q, k, v, dropout_p=self.dropout, training=self.training, attn_mask=mask[:, None])
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -494,7 +495,7 @@ class _Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.embed_dim)
         self.ff1 = nn.Linear(cfg.embed_dim, cfg.ffn_dim)
         self.ff2 = nn.Linear(cfg.ffn_dim, cfg.embed_dim)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln1(x), mask))
@@ -517,7 +518,7 @@ class TransformerLM(nn.Module):
             self.pos_embed = None
         self.register_buffer("inv_freq", torch.exp(torch.arange(0, d, 2).float() * (-math.log(10000.0) / d)),
                              persistent=False)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(_Block(config) for _ in range(config.layers))
         self.norm = nn.LayerNorm(d)
         self.output = _output_layer(config, vocab, d)
@@ -667,7 +668,7 @@ class LstmLM(nn.Module):
             self.embed = nn.Embedding(config.vocab_size, config.embed_dim)
             nn.init.uniform_(self.embed.weight, -0.1, 0.1)
             in_dim = config.embed_dim
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.lstm = nn.LSTM(in_dim, config.hidden_dim, config.layers, batch_first=True,
                             dropout=config.dropout if config.layers > 1 else 0.0)
         self.output = _output_layer(config, vocab, config.hidden_dim)
@@ -695,7 +696,8 @@ class LstmLM(nn.Module):
             raise ValueError("the LSTM LM takes no positions or attn_mask (it reads the sequence in order)")
         if ids.dim() != 2:
             raise ValueError(f"ids must be [B, T], got shape {tuple(ids.shape)}")
-        y, new_state = self.lstm(self.drop(self.embed(ids)), state)
+        # nn.LSTM's results, with the dropout between layers drawn faster on the CPU
+        y, new_state = lstm(self.lstm, self.drop(self.embed(ids)), state)
         return self.drop(y), new_state
 
     def output_layers(self) -> list[nn.Module]:

@@ -26,9 +26,10 @@
 * **Loss**: cross-entropy per target token (:func:`token_nll`); a model with the class-factored softmax
   (``softmax="class"``) computes only the class softmax and the word logits of each target's class. On the CPU
   the output layer runs on the real (non-padding) tokens only, and in training the full softmax's loss computes
-  its gradients a block of rows at a time, so the ``[tokens, V]`` logits never exist whole, with the bias folded
-  into the matrix products (the same loss and gradients to float32 rounding; 1.45x tokens/s for
-  ``small-transformer`` on one thread).
+  its gradients a block of rows at a time, so the ``[tokens, V]`` logits never exist whole (the same loss and
+  gradients to float32 rounding; 1.45x tokens/s for ``small-transformer`` on one thread).
+* **Dropout** masks come from :mod:`privasr.lm.neural.dropout`: torch's masks from torch's generator, bit for bit
+  (the same losses for the same seed), drawn several times faster on the CPU where its compiled part is built.
 * **Frozen layers** (paper 003, 2.3): ``freeze="output"`` trains only ``model.output_layers()`` (the output
   projection and its bias; the class and word layers of a class softmax); every other parameter stays
   bit-identical. ``freeze="none"`` trains everything.
@@ -360,32 +361,30 @@ class _LinearNll(torch.autograd.Function):
     """``cross_entropy(h @ weight.T + bias, targets, reduction="sum")`` on the CPU, with its gradients computed
     in the forward pass a block of rows at a time: the ``[N, V]`` logits never exist whole (one block-sized
     buffer is reused), so the passes over them (the log-softmax and its backward) run from cache instead of
-    memory. The bias rides in the matrix products: ``[h | 1] @ [weight | bias].T`` gives the logits without a
-    pass to add it, and ``z.T @ [h | 1]`` gives the weight's and the bias's gradients together."""
+    memory. The backward pass only scales the gradients, in place (so it runs once: a second backward through
+    the same graph is refused)."""
 
     ROWS = 256
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 targets: torch.Tensor) -> torch.Tensor:
-        n, d = h.shape
+        n = h.shape[0]
         ctx.has = (h.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad)
-        if n == 0:  # no rows: zero loss and zero gradients
-            ctx.save_for_backward(torch.zeros_like(h), torch.zeros_like(weight),
-                                  torch.zeros_like(bias) if bias is not None else torch.empty(0))
-            return h.new_zeros(())
-        if bias is not None:
-            w_all = torch.cat([weight, bias.detach()[:, None]], dim=1)  # [V, d + 1]
-            h_all = torch.cat([h, h.new_ones(n, 1)], dim=1)
-        else:
-            w_all, h_all = weight.detach(), h
+        ctx.used = False
+        w = weight.detach()
         gh = torch.empty_like(h) if ctx.has[0] else None
-        g_all = torch.empty_like(w_all) if ctx.has[1] or ctx.has[2] else None
-        z_buf = h.new_empty(min(_LinearNll.ROWS, n), weight.shape[0])
+        gw = torch.empty_like(w) if ctx.has[1] else None
+        gb = torch.zeros_like(bias) if ctx.has[2] else None  # type: ignore[arg-type]
+        z_buf = h.new_empty(min(_LinearNll.ROWS, n), w.shape[0])
         parts = []
         for lo in range(0, n, _LinearNll.ROWS):
-            hc, tc = h_all[lo:lo + _LinearNll.ROWS], targets[lo:lo + _LinearNll.ROWS]
-            z = torch.mm(hc, w_all.t(), out=z_buf[:len(tc)])
+            hc, tc = h[lo:lo + _LinearNll.ROWS], targets[lo:lo + _LinearNll.ROWS]
+            z = z_buf[:len(tc)]
+            if bias is not None:
+                torch.addmm(bias.detach(), hc, w.t(), out=z)
+            else:
+                torch.mm(hc, w.t(), out=z)
             # the block's loss from its log-sum-exp, then z becomes its gradient: softmax(z) - onehot(targets)
             rows = torch.arange(len(tc))
             m = z.amax(dim=1, keepdim=True)
@@ -396,24 +395,27 @@ class _LinearNll(torch.autograd.Function):
             z.div_(total)
             z[rows, tc] -= 1.0
             if gh is not None:
-                torch.mm(z, weight, out=gh[lo:lo + _LinearNll.ROWS])
-            if g_all is not None:
+                torch.mm(z, w, out=gh[lo:lo + _LinearNll.ROWS])
+            if gw is not None:
                 if lo == 0:
-                    torch.mm(z.t(), hc, out=g_all)
+                    torch.mm(z.t(), hc, out=gw)
                 else:
-                    g_all.addmm_(z.t(), hc)
+                    gw.addmm_(z.t(), hc)
+            if gb is not None:
+                gb.add_(z.sum(dim=0))
+        if gw is not None and n == 0:  # no rows: zero gradients
+            gw.zero_()
         empty = torch.empty(0)
-        gw = gb = empty
-        if g_all is not None:
-            gw = (g_all if bias is None else g_all[:, :d].contiguous()) if ctx.has[1] else empty
-            gb = g_all[:, d].contiguous() if ctx.has[2] else empty
-        ctx.save_for_backward(gh if gh is not None else empty, gw, gb)
-        return torch.stack(parts).sum()
+        ctx.save_for_backward(*(g if g is not None else empty for g in (gh, gw, gb)))
+        return torch.stack(parts).sum() if parts else h.new_zeros(())
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        if ctx.used:
+            raise RuntimeError("the fused training loss supports one backward pass per forward pass")
+        ctx.used = True
         saved = ctx.saved_tensors
-        return (*(g * grad if has else None for g, has in zip(saved, ctx.has, strict=True)), None)
+        return (*(g.mul_(grad) if has else None for g, has in zip(saved, ctx.has, strict=True)), None)
 
 
 def _oov_rate(vocab: Vocabulary, sentences: Sequence[Sequence[str]]) -> float:
