@@ -89,11 +89,31 @@ def test_outside_training_and_at_the_ends_it_is_torchs_dropout():
 
 
 @compiled
-def test_non_contiguous_and_other_dtypes_take_torchs_path_with_the_same_result():
-    for x in (torch.randn(6, 8).t(), torch.randn(6, 8, dtype=torch.float64), torch.randn(0, 3)):
-        a, sa = _run(lambda x=x: D.dropout(x, 0.25), 2)
-        b, sb = _run(lambda x=x: F.dropout(x, 0.25, True), 2)
-        assert torch.equal(a, b) and torch.equal(sa, sb)
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6, 8).t(),  # transposed: torch's noise keeps these strides, filled in memory order
+    lambda: torch.randn(5, 7, 3).permute(1, 0, 2),  # a batch_first view of a time-major LSTM output
+    lambda: torch.randn(2, 3, 4, 5).permute(3, 1, 0, 2),
+    lambda: torch.randn(9, 8)[::2],  # not dense: torch's noise is contiguous
+    lambda: torch.randn(9, 8)[:, 1:5],
+    lambda: torch.randn(6, 8, dtype=torch.float64),  # torch's dropout
+    lambda: torch.randn(0, 3),
+])
+def test_strided_inputs_and_other_dtypes_give_torchs_result(make):
+    x = make()
+    weights = torch.randn(x.shape, dtype=x.dtype)
+    res = []
+    for fn in (lambda t: D.dropout(t, 0.25), lambda t: F.dropout(t, 0.25, True)):
+        t = x.clone().requires_grad_() if x.is_contiguous() else x.detach().requires_grad_()
+
+        def step(fn=fn, t=t):
+            y = fn(t)
+            (y * weights).sum().backward()
+            return y.detach()
+
+        y, state = _run(step, 2)
+        res.append((y, t.grad, state))
+    (ya, ga, sa), (yb, gb, sb) = res
+    assert torch.equal(ya, yb) and torch.equal(ga, gb) and torch.equal(sa, sb)
 
 
 @compiled

@@ -8,8 +8,8 @@ gets the losses and weights it would get with ``F.dropout``, ``nn.Dropout``,
 ``F.scaled_dot_product_attention`` and a stacked ``nn.LSTM``'s between-layer dropout for the same seed (``tests/lm/neural/test_dropout.py`` checks that, and the
 module checks itself against torch's ``bernoulli_`` once before it is used).
 
-Everywhere else (no compiled module, a check that fails, CUDA, other dtypes, non-contiguous inputs,
-evaluation) these functions are torch's own. A draw reads the default generator's state and sets it back
+Everywhere else (no compiled module, a check that fails, CUDA, other dtypes, evaluation) these functions are
+torch's own. A draw reads the default generator's state and sets it back
 afterwards, so two Python threads must not draw from it at once (torch's own draws lock it).
 
 >>> x = torch.ones(4, 8)
@@ -74,16 +74,20 @@ def _ours(p: float, *tensors: torch.Tensor) -> bool:
             and fast_masks())
 
 
-def _fast(x: torch.Tensor, p: float, training: bool) -> bool:
-    return training and x.is_contiguous() and x.numel() > 0 and _ours(p, x)
+def _noise(x: torch.Tensor, p: float) -> torch.Tensor | None:
+    """torch's dropout noise for ``x`` (``bernoulli_(1 - p) / (1 - p)``), drawn from the default generator;
+    ``None`` where the noise tensor would not be dense (torch's dropout then draws it).
 
-
-def _noise(x: torch.Tensor, p: float) -> torch.Tensor:
-    """torch's dropout noise for ``x`` (``bernoulli_(1 - p) / (1 - p)``), drawn from the default generator."""
+    torch makes the noise with ``empty_like(x)`` (``x``'s strides where ``x`` is dense, e.g. a transposed LSTM
+    output; else contiguous) and fills it in memory order; so is the noise filled here, through a flat view of
+    its storage."""
     keep = 1.0 - p
     noise = torch.empty_like(x)
+    if noise.storage_offset() != 0 or noise.untyped_storage().nbytes() != noise.numel() * noise.element_size():
+        return None
+    flat = noise.as_strided((noise.numel(),), (1,))
     state = torch.get_rng_state()
-    after = _compiled.bernoulli_scaled(noise.numpy(), state.numpy(), keep, _scale(keep))  # type: ignore[union-attr]
+    after = _compiled.bernoulli_scaled(flat.numpy(), state.numpy(), keep, _scale(keep))  # type: ignore[union-attr]
     torch.set_rng_state(torch.frombuffer(bytearray(after), dtype=torch.uint8))
     return noise
 
@@ -96,9 +100,11 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     >>> round(float((y == 0).float().mean()), 1), float(y.max())
     (0.2, 1.25)
     """
-    if not _fast(x, p, training):
-        return F.dropout(x, p, training)
-    return x * _noise(x, p)
+    if training and x.numel() > 0 and _ours(p, x):
+        noise = _noise(x, p)
+        if noise is not None:
+            return x * noise
+    return F.dropout(x, p, training)
 
 
 class Dropout(nn.Module):

@@ -381,10 +381,9 @@ class _LinearNll(torch.autograd.Function):
         for lo in range(0, n, _LinearNll.ROWS):
             hc, tc = h[lo:lo + _LinearNll.ROWS], targets[lo:lo + _LinearNll.ROWS]
             z = z_buf[:len(tc)]
+            torch.mm(hc, w.t(), out=z)
             if bias is not None:
-                torch.addmm(bias.detach(), hc, w.t(), out=z)
-            else:
-                torch.mm(hc, w.t(), out=z)
+                z.add_(bias.detach())  # a pass over the block: cheaper than addmm's broadcast copy before it
             # the block's loss from its log-sum-exp, then z becomes its gradient: softmax(z) - onehot(targets)
             rows = torch.arange(len(tc))
             m = z.amax(dim=1, keepdim=True)
