@@ -5,7 +5,7 @@ real trainer (:func:`privasr.lm.neural.train.train_lm`: padded sentence batches 
 fixed number of steps on the AMI training transcripts (``../shared/golden/kenlm-mkn/ami_train.txt.xz``, the
 normalised text, full vocabulary) when present, else on synthetic Zipf-distributed sentences of AMI-like length
 and vocabulary size. Each model's timed steps run in :data:`ROUNDS` rounds (resumed from the checkpoint of the
-previous one), and just before each round ``torch.matmul`` on 1024 x 1024 fp32 matrices is measured (best of 3,
+previous one; 2 with ``--quick``), and just before each round ``torch.matmul`` on 1024 x 1024 fp32 matrices is measured (best of 3,
 the same thread count). A model's ``fraction_of_matmul`` is the median over its rounds of the round's useful
 GFLOP/s over the matmul rate measured just before it: on a shared machine the matmul rate swings by a third from
 one minute to the next, so each throughput is compared with a reference taken at the same time
@@ -166,6 +166,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     valid = [sents[i] for i in rng.choice(len(sents), size=64, replace=False)]
     steps = 15 if quick else 60
     warm = 3
+    rounds = 2 if quick else ROUNDS
     opts = TrainOptions(batch_size=32, max_epochs=1, max_steps=steps + warm, patience=0, schedule="constant",
                         eval_batch_size=64, amp=False)
     models = _CPU_MODELS if not cuda else _CPU_MODELS + _CUDA_MODELS
@@ -178,7 +179,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
             torch.set_num_threads(threads)
             sfx = "" if threads == default_threads else f"_{threads}thread"
             try:
-                measured = _measure(sents, valid, opts, warm, steps, seed, models)
+                measured = _measure(sents, valid, opts, warm, steps, seed, models, rounds=rounds)
                 metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
             finally:
                 torch.set_num_threads(default_threads)
@@ -187,12 +188,12 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         # models also at the larger batches a GPU user trains with (suffix _b<size>)
         for amp, sfx in ((False, ""), (True, "_amp")):
             measured = _measure(sents, valid, opts.replace(amp=amp), warm, steps, seed, models, device=device,
-                                mm_dtype="bfloat16" if amp else "float32")
+                                mm_dtype="bfloat16" if amp else "float32", rounds=rounds)
             metrics.update({k if (sfx and k.endswith(_STATIC)) else k + sfx: v for k, v in measured.items()})
             for bs in CUDA_BATCH_SIZES:
                 big = opts.replace(amp=amp, batch_size=bs, max_epochs=10_000)  # max_steps ends it, not epochs
                 measured = _measure(sents, valid, big, warm, steps, seed, _CUDA_MODELS, device=device,
-                                    mm_dtype="bfloat16" if amp else "float32")
+                                    mm_dtype="bfloat16" if amp else "float32", rounds=rounds)
                 # per batch size everything but the model's identity (padding and FLOPs/token change with it)
                 metrics.update({f"{k}_b{bs}{sfx}": v for k, v in measured.items() if not k.endswith(_MODEL_KEYS)})
         for name, _ in _CUDA_MODELS:
@@ -203,8 +204,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     if not cuda:
         metrics.update(dropout_speed())
     write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
-                               "steps": steps, "warmup_steps": warm, "models": dict(models), "device": device,
-                               "device_name": device_name(device)},
+                               "steps": steps, "warmup_steps": warm, "rounds": rounds, "models": dict(models),
+                               "device": device, "device_name": device_name(device)},
                   seed=seed, metrics=metrics)
     return metrics
 
