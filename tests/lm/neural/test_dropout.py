@@ -41,6 +41,26 @@ def _run(fn, seed: int):
     return out, torch.get_rng_state()
 
 
+def _assert_same_as_torch(x: torch.Tensor, p: float) -> None:
+    """dropout(x, p) and F.dropout(x, p): the same values, gradients and generator state after them (the
+    generator mid-block, not freshly seeded; x keeps its strides)."""
+    weights = torch.randn(x.shape, dtype=x.dtype)
+    res = []
+    for fn in (lambda t: D.dropout(t, p), lambda t: F.dropout(t, p, True)):
+        t = x.detach().requires_grad_()
+
+        def step(fn=fn, t=t):
+            torch.rand(3)
+            y = fn(t)
+            (y * weights).sum().backward()
+            return y.detach()
+
+        y, state = _run(step, 11)
+        res.append((y, t.grad, state))
+    (ya, ga, sa), (yb, gb, sb) = res
+    assert torch.equal(ya, yb) and torch.equal(ga, gb) and torch.equal(sa, sb)
+
+
 @compiled
 def test_the_compiled_masks_pass_their_check():
     assert D.fast_masks() is True
@@ -50,22 +70,7 @@ def test_the_compiled_masks_pass_their_check():
 @pytest.mark.parametrize("p", [0.1, 0.2, 0.5, 0.9, 1e-6, 1 - 1e-6])
 @pytest.mark.parametrize("shape", [(1,), (623,), (624,), (625,), (3, 417), (2, 4, 33, 33), (5000,)])
 def test_dropout_values_gradients_and_generator_state_are_torchs(p, shape):
-    x0 = torch.randn(shape)
-    weights = torch.randn(shape)
-    res = []
-    for fn in (lambda x: D.dropout(x, p), lambda x: F.dropout(x, p, True)):
-        x = x0.clone().requires_grad_()
-
-        def step(fn=fn, x=x):
-            torch.rand(3)  # the generator mid-block, not freshly seeded
-            y = fn(x)
-            (y * weights).sum().backward()
-            return y.detach()
-
-        y, state = _run(step, 11)
-        res.append((y, x.grad, state))
-    (ya, ga, sa), (yb, gb, sb) = res
-    assert torch.equal(ya, yb) and torch.equal(ga, gb) and torch.equal(sa, sb)
+    _assert_same_as_torch(torch.randn(shape), p)
 
 
 @compiled
@@ -99,21 +104,7 @@ def test_outside_training_and_at_the_ends_it_is_torchs_dropout():
     lambda: torch.randn(0, 3),
 ])
 def test_strided_inputs_and_other_dtypes_give_torchs_result(make):
-    x = make()
-    weights = torch.randn(x.shape, dtype=x.dtype)
-    res = []
-    for fn in (lambda t: D.dropout(t, 0.25), lambda t: F.dropout(t, 0.25, True)):
-        t = x.clone().requires_grad_() if x.is_contiguous() else x.detach().requires_grad_()
-
-        def step(fn=fn, t=t):
-            y = fn(t)
-            (y * weights).sum().backward()
-            return y.detach()
-
-        y, state = _run(step, 2)
-        res.append((y, t.grad, state))
-    (ya, ga, sa), (yb, gb, sb) = res
-    assert torch.equal(ya, yb) and torch.equal(ga, gb) and torch.equal(sa, sb)
+    _assert_same_as_torch(make(), 0.25)
 
 
 @compiled
