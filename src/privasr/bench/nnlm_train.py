@@ -5,12 +5,12 @@ real trainer (:func:`privasr.lm.neural.train.train_lm`: padded sentence batches 
 fixed number of steps on the AMI training transcripts (``../shared/golden/kenlm-mkn/ami_train.txt.xz``, the
 normalised text, full vocabulary) when present, else on synthetic Zipf-distributed sentences of AMI-like length
 and vocabulary size. Each model's timed steps run in :data:`ROUNDS` rounds (resumed from the checkpoint of the
-previous one; 2 with ``--quick``), and just before each round ``torch.matmul`` on 1024 x 1024 fp32 matrices is measured (best of 3,
-the same thread count). A model's ``fraction_of_matmul`` is the median over its rounds of the round's useful
-GFLOP/s over the matmul rate measured just before it: on a shared machine the matmul rate swings by a third from
-one minute to the next, so each throughput is compared with a reference taken at the same time
-(``*_fraction_of_matmul_rounds`` and ``*_matmul_gflop_per_s_rounds`` list the rounds; ``matmul_gflop_per_s`` is
-the median of all rounds' rates).
+previous one; 2 with ``--quick``), and just before each round ``torch.matmul`` on 1024 x 1024 fp32 matrices is
+measured (best of 3, the same thread count). A model's ``fraction_of_matmul`` is the median over its rounds of
+the round's useful GFLOP/s over the matmul rate measured just before it: on a shared machine the matmul rate
+swings by a third from one minute to the next, so each throughput is compared with a reference taken at the
+same time (``*_fraction_of_matmul_rounds`` and ``*_matmul_gflop_per_s_rounds`` list the rounds;
+``matmul_gflop_per_s`` is the median of all rounds' rates).
 
 FLOPs per training token are counted as ``6 x`` the parameters used in matrix products (all linear layers,
 LSTM gate matrices and the output softmax layer; embedding look-ups excluded) plus, for the Transformer,

@@ -3,14 +3,14 @@
 torch's CPU dropout draws its mask one element at a time (``bernoulli_``: 8-14 ns an element, a tenth of a
 small Transformer's training step). The compiled :mod:`privasr.lm.neural._dropout` draws the same masks from the
 same generator state (torch's MT19937, run a block at a time) at about 1.3 ns an element and leaves the generator
-where torch's draws would have: a model trained with :func:`dropout`, :class:`Dropout` and :func:`attention`
-gets the losses and weights it would get with ``F.dropout``, ``nn.Dropout``,
-``F.scaled_dot_product_attention`` and a stacked ``nn.LSTM``'s between-layer dropout for the same seed (``tests/lm/neural/test_dropout.py`` checks that, and the
-module checks itself against torch's ``bernoulli_`` once before it is used).
+where torch's draws would have. So a model trained with :func:`dropout`, :class:`Dropout`, :func:`attention` and
+:func:`lstm` gets the losses and weights it would get with ``F.dropout``, ``nn.Dropout``,
+``F.scaled_dot_product_attention`` and a stacked ``nn.LSTM`` for the same seed (``tests/lm/neural/test_dropout.py``
+checks that; the module checks itself against torch's ``bernoulli_`` once before it is used).
 
 Everywhere else (no compiled module, a check that fails, CUDA, other dtypes, evaluation) these functions are
-torch's own. A draw reads the default generator's state and sets it back
-afterwards, so two Python threads must not draw from it at once (torch's own draws lock it).
+torch's own. A draw reads the default generator's state and sets it back afterwards, so two Python threads must
+not draw from it at once (torch's own draws lock it).
 
 >>> x = torch.ones(4, 8)
 >>> _ = torch.manual_seed(0)
@@ -168,8 +168,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, dropout_p: f
     return torch.matmul(dropout(attn, p), v)
 
 
-def lstm(module: nn.LSTM, x: torch.Tensor,
-         state: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+_State = tuple[torch.Tensor, torch.Tensor]
+
+
+def lstm(module: nn.LSTM, x: torch.Tensor, state: _State | None = None) -> tuple[torch.Tensor, _State]:
     """``module(x, state)`` for a stacked ``nn.LSTM``: the same outputs, gradients and generator state.
 
     In training with dropout between the layers torch applies ``F.dropout`` to each layer's output before the next
@@ -190,8 +192,9 @@ def lstm(module: nn.LSTM, x: torch.Tensor,
     plain = isinstance(x, torch.Tensor) and x.dim() == 3  # not packed, not unbatched
     batch = (x.shape[0] if module.batch_first else x.shape[1]) if plain else 0
     shape = (layers, batch, module.hidden_size)
-    if not (module.training and layers > 1 and plain and x.shape[-1] == module.input_size and not module.bidirectional and not module.proj_size
-            and module.bias and _ours(p, x, *module._flat_weights, *(state or ()))
+    if not (module.training and layers > 1 and plain and x.shape[-1] == module.input_size
+            and not module.bidirectional and not module.proj_size and module.bias
+            and _ours(p, x, *module._flat_weights, *(state or ()))
             and (state is None or all(s.shape == shape for s in state))):
         return module(x, state)  # torch's LSTM, and its checks of the input
     if state is None:
@@ -201,8 +204,11 @@ def lstm(module: nn.LSTM, x: torch.Tensor,
     hs, cs = [], []
     y = x
     for layer in range(layers):
-        y, h, c = torch._VF.lstm(y, (state[0][layer:layer + 1], state[1][layer:layer + 1]),  # type: ignore[attr-defined]
-                                 weights[4 * layer:4 * layer + 4], True, 1, 0.0, True, False, module.batch_first)
+        hx = (state[0][layer:layer + 1], state[1][layer:layer + 1])
+        # nn.LSTM.forward's own call, for one layer: (input, hx, weights, bias, layers, dropout, train,
+        # bidirectional, batch_first)
+        run = torch._VF.lstm  # type: ignore[attr-defined]
+        y, h, c = run(y, hx, weights[4 * layer:4 * layer + 4], True, 1, 0.0, True, False, module.batch_first)
         hs.append(h)
         cs.append(c)
         if layer < layers - 1:
