@@ -218,6 +218,12 @@ _CPU_MODELS = (("transformer", "small-transformer"), ("lstm", "small-lstm"), ("l
 _CUDA_MODELS = (("paper000_transformer", "paper000-transformer"), ("paper001_lstm", "paper001-lstm"))
 
 
+def _mean_padded_len(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
+    """The padded length of ``batches`` (sentence indexes into ``lengths``) weighted by their tokens: what the
+    attention FLOPs of a token scale with."""
+    return float(sum(lengths[b].max() * lengths[b].sum() for b in batches) / sum(lengths[b].sum() for b in batches))
+
+
 def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: int, steps: int,
              seed: int, models: tuple[tuple[str, str], ...] = _CPU_MODELS, device: str = "cpu",
              mm_dtype: str = "float32", rounds: int = ROUNDS) -> dict[str, Any]:
@@ -256,17 +262,14 @@ def _measure(sents: list[list[str]], valid: list[list[str]], opts: Any, warm: in
         if len(batches) < bounds[-1]:  # max_steps beyond one epoch (large CUDA batches): the epochs in turn
             batches = [b for e in range(bounds[-1] // len(batches) + 1)
                        for b in _epoch_batches(lengths, opts.batch_size, seed, e, opts.bucket)]
-        fpts, fractions = [], []
+        fractions = []
         for r in range(rounds):
-            part = batches[bounds[r]:bounds[r + 1]]
-            real = sum(lengths[b].sum() for b in part)
-            fpts.append(flops_per_token(res.model, float(sum(lengths[b].max() * lengths[b].sum() for b in part)
-                                                           / real)))
-            fractions.append(toks[r] / secs[r] * fpts[-1] / 1e9 / rates[r])
+            fpt_r = flops_per_token(res.model, _mean_padded_len(lengths, batches[bounds[r]:bounds[r + 1]]))
+            fractions.append(toks[r] / secs[r] * fpt_r / 1e9 / rates[r])
         timed = batches[bounds[0]:bounds[-1]]
         padded = sum(len(b) * lengths[b].max() for b in timed)
         real = sum(lengths[b].sum() for b in timed)
-        mean_t = float(sum(lengths[b].max() * lengths[b].sum() for b in timed) / real)
+        mean_t = _mean_padded_len(lengths, timed)
         tps = sum(toks) / sum(secs)
         fpt = flops_per_token(res.model, mean_t)
         metrics.update({

@@ -198,16 +198,16 @@ def lstm(module: nn.LSTM, x: torch.Tensor, state: _State | None = None) -> tuple
             and (state is None or all(s.shape == shape for s in state))):
         return module(x, state)  # torch's LSTM, and its checks of the input
     if state is None:
-        zeros = torch.zeros(layers, batch, module.hidden_size, dtype=x.dtype, device=x.device)
+        zeros = torch.zeros(shape, dtype=x.dtype, device=x.device)
         state = (zeros, zeros)
     weights = module._flat_weights
+    # nn.LSTM.forward's own call, here for one layer: (input, hx, weights, bias, layers, dropout, train,
+    # bidirectional, batch_first)
+    run = torch._VF.lstm  # type: ignore[attr-defined]
     hs, cs = [], []
     y = x
     for layer in range(layers):
         hx = (state[0][layer:layer + 1], state[1][layer:layer + 1])
-        # nn.LSTM.forward's own call, for one layer: (input, hx, weights, bias, layers, dropout, train,
-        # bidirectional, batch_first)
-        run = torch._VF.lstm  # type: ignore[attr-defined]
         y, h, c = run(y, hx, weights[4 * layer:4 * layer + 4], True, 1, 0.0, True, False, module.batch_first)
         hs.append(h)
         cs.append(c)
