@@ -1,9 +1,9 @@
 """Build hook for the optional compiled modules (everything else is in pyproject.toml): the n-gram query engine
-and the neural trainer's dropout masks.
+the neural trainer's dropout masks and its output layer's softmax cross-entropy rows.
 
 ``optional=True``: where no C compiler is available the install still succeeds;
 :class:`privasr.lm.ngram.model.NgramModel` then uses its numpy query path and
-:mod:`privasr.lm.neural.dropout` torch's own dropout.
+:mod:`privasr.lm.neural.dropout` torch's own dropout, and the trainer's output layer torch's operations.
 """
 
 from setuptools import Extension, setup
@@ -13,4 +13,6 @@ setup(ext_modules=[
               optional=True),
     Extension("privasr.lm.neural._dropout", ["src/privasr/lm/neural/_dropout.c"], extra_compile_args=["-O3"],
               optional=True),
+    Extension("privasr.lm.neural._nll", ["src/privasr/lm/neural/_nll.c"], extra_compile_args=["-O3", "-fopenmp"],
+              extra_link_args=["-fopenmp"], optional=True),
 ])

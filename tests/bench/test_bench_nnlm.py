@@ -75,5 +75,9 @@ def test_nnlm_train_quick_on_synthetic_text(tmp_path: Path, monkeypatch: pytest.
         assert len(rounds) == len(m[f"{name}_matmul_gflop_per_s_rounds"]) == 2  # --quick
         assert m[f"{name}_fraction_of_matmul"] == pytest.approx(float(np.median(rounds)))
     assert m["dropout_speedup_vs_torch"] > 0 and m["dropout_ns_per_element"] > 0
+    assert m["output_rows_speedup_vs_torch"] > 0 and m["output_layer_ms"] > 0 and m["output_layer_torch_rows_ms"] > 0
+    from privasr.lm.neural.train import compiled_output_rows
+
+    assert m["output_rows_compiled"] is compiled_output_rows()
     # the class softmax's output layer is counted as C + V/C rows, not V
     assert m["lstm_class_flops_per_token"] < m["lstm_flops_per_token"]

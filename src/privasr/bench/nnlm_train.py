@@ -29,7 +29,11 @@ batches of 32 sentences (the size the experiments train with) and at the larger 
 On the CPU the run also times the trainer's dropout (:mod:`privasr.lm.neural.dropout`, torch's masks drawn by the
 compiled module) against ``F.dropout`` on 2^20 elements: ``dropout_ns_per_element``,
 ``dropout_torch_ns_per_element``, ``dropout_speedup_vs_torch`` and ``dropout_compiled_masks`` (whether the
-compiled masks are in use; without them both time torch's dropout).
+compiled masks are in use; without them both time torch's dropout). It also times the training loss's output
+layer (512 rows, hidden size 128, 8,803 words; logits, softmax cross-entropy and gradients) with its softmax rows
+computed by the compiled :mod:`privasr.lm.neural._nll` and with torch's operations: ``output_layer_ms``,
+``output_layer_torch_rows_ms``, ``output_rows_speedup_vs_torch`` and ``output_rows_compiled`` (without the module
+both time torch's operations).
 
 The ``small-lstm-class`` preset (the same LSTM with a class-factored softmax of ``sqrt(V)`` frequency-binned
 classes) is timed too: ``class_softmax_speedup_vs_full`` is its tokens/s over the full-softmax ``small-lstm``'s.
@@ -52,7 +56,7 @@ from privasr.bench import device_name, matmul_flops
 from privasr.errors import ConfigError
 from privasr.results import write_results
 
-__all__ = ["run", "matmul_gflops", "flops_per_token", "load_text", "dropout_speed"]
+__all__ = ["run", "matmul_gflops", "flops_per_token", "load_text", "dropout_speed", "output_layer_speed"]
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 5, device: str = "cpu", dtype: str = "float32") -> float:
@@ -147,6 +151,36 @@ def dropout_speed(n: int = 1 << 20, rounds: int = 7) -> dict[str, Any]:
             "dropout_speedup_vs_torch": best["torch"] / best["ours"], "dropout_compiled_masks": fast_masks()}
 
 
+def output_layer_speed(rows: int = 512, dim: int = 128, vocab: int = 8803, rounds: int = 7) -> dict[str, Any]:
+    """The CPU training loss's output layer (logits, softmax cross-entropy and all gradients; ``rows`` tokens,
+    hidden size ``dim``, ``vocab`` words: the small Transformer's on AMI-sized batches) with its rows computed by
+    the compiled :mod:`privasr.lm.neural._nll` against torch's operations, interleaved, best of ``rounds``, in ms.
+
+    >>> m = output_layer_speed(8, 4, 50, rounds=1)
+    >>> m["output_rows_speedup_vs_torch"] > 0 and isinstance(m["output_rows_compiled"], bool)
+    True
+    """
+    import time
+
+    import torch
+
+    from privasr.lm.neural.train import _LinearNll, compiled_output_rows
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(rows, dim, generator=g, requires_grad=True)
+    w = (torch.randn(vocab, dim, generator=g) * dim ** -0.5).requires_grad_()
+    b = torch.zeros(vocab, requires_grad=True)
+    t = torch.randint(0, vocab, (rows,), generator=g)
+    best = {True: float("inf"), False: float("inf")}
+    for _ in range(rounds):
+        for compiled in (True, False):
+            t0 = time.perf_counter()
+            _LinearNll.apply(h, w, b, t, compiled).backward()
+            best[compiled] = min(best[compiled], time.perf_counter() - t0)
+    return {"output_layer_ms": best[True] * 1e3, "output_layer_torch_rows_ms": best[False] * 1e3,
+            "output_rows_speedup_vs_torch": best[False] / best[True], "output_rows_compiled": compiled_output_rows()}
+
+
 _MODEL_KEYS = ("_preset", "_parameters", "_vocab_size")
 _STATIC = (*_MODEL_KEYS, "_flops_per_token", "_padding_fraction", "_mean_padded_len")
 
@@ -203,6 +237,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
             metrics[f"{name}_best_fraction_setting"] = f"fp32, batch {best[1][2:] or opts.batch_size}"
     if not cuda:
         metrics.update(dropout_speed())
+        metrics.update(output_layer_speed())
     write_results(out, config={"benchmark": "nnlm-train", "quick": quick, "batch_size": opts.batch_size,
                                "steps": steps, "warmup_steps": warm, "rounds": rounds, "models": dict(models),
                                "device": device, "device_name": device_name(device)},

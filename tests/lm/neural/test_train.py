@@ -276,23 +276,30 @@ def test_losses_read_in_batches_give_the_same_run(monkeypatch: pytest.MonkeyPatc
         train_lm(TRAIN, VALID, cfg, opts.replace(lr=1e30, clip_norm=0.0), seed=3, progress=False)
 
 
+@pytest.mark.parametrize("rows", ["compiled", "torch"])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("frozen", [False, True])
-@pytest.mark.parametrize("n", [600, 1, 0])  # more rows than one block; one row; none
-def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool, n: int) -> None:
+@pytest.mark.parametrize(("n", "v"), [(600, 300), (1, 300), (0, 300), (40, 7)])  # blocks; one row; none; v < 8
+def test_fused_linear_nll_equals_cross_entropy(monkeypatch: pytest.MonkeyPatch, rows: str, bias: bool,
+                                               frozen: bool, n: int, v: int) -> None:
     """The CPU loss that computes its gradients block by block gives cross_entropy's loss and gradients, also
-    for targets the model finds very unlikely (logits far apart) and when the output layer is frozen."""
+    for targets the model finds very unlikely (logits far apart) and when the output layer is frozen: with the
+    compiled rows and with torch's operations."""
     import torch.nn.functional as F
 
-    from privasr.lm.neural.train import _LinearNll
+    from privasr.lm.neural import train
 
+    if rows == "compiled" and train._nll is None:
+        pytest.skip("privasr.lm.neural._nll is not built")
+    if rows == "torch":
+        monkeypatch.setattr(train, "_nll", None)
     g = torch.Generator().manual_seed(0)
-    d, v = 16, 300
+    d = 16
     h = torch.randn(n, d, generator=g, requires_grad=True)
     w = (torch.randn(v, d, generator=g) * 3).requires_grad_(not frozen)
     b = torch.randn(v, generator=g).requires_grad_(not frozen) if bias else None
     t = torch.randint(0, v, (n,), generator=g)
-    ours = _LinearNll.apply(h, w, b, t)
+    ours = train._LinearNll.apply(h, w, b, t, True)
     (ours * 0.5).backward()
     grads = [x.grad.clone() if x is not None and x.grad is not None else None for x in (h, w, b)]
     for x in (h, w, b):
@@ -306,6 +313,33 @@ def test_fused_linear_nll_equals_cross_entropy(bias: bool, frozen: bool, n: int)
             assert ours_g is None
         else:
             assert torch.allclose(ours_g, x.grad.float(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_fused_linear_nll_with_non_finite_logits_is_torch_s_answer(monkeypatch: pytest.MonkeyPatch,
+                                                                    bad: float) -> None:
+    """A block with a NaN or an infinity goes to torch's operations (the compiled rows give up on it), so the
+    loss and gradients are what torch's path gives: the trainer then reports the non-finite loss."""
+    from privasr.lm.neural import train
+
+    def run() -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(1)
+        h = torch.randn(300, 8, generator=g, requires_grad=True)  # two blocks: the second one holds the bad value
+        w = torch.randn(50, 8, generator=g, requires_grad=True)
+        b = torch.zeros(50, requires_grad=True)
+        with torch.no_grad():
+            h[280, 3] = bad
+        loss = train._LinearNll.apply(h, w, b, torch.randint(0, 50, (300,), generator=g), True)
+        loss.backward()
+        return loss.detach(), h.grad, w.grad, b.grad
+
+    got = run()
+    monkeypatch.setattr(train, "_nll", None)
+    want = run()
+    assert not torch.isfinite(got[0])
+    for a, e in zip(got, want, strict=True):
+        assert torch.equal(a.isnan(), e.isnan())
+        assert torch.allclose(a.nan_to_num(), e.nan_to_num(), rtol=1e-5, atol=1e-6)
 
 
 def test_training_uses_the_fused_loss_and_validation_the_plain_one() -> None:
@@ -329,7 +363,7 @@ def test_fused_linear_nll_refuses_a_second_backward_pass() -> None:
 
     h = torch.randn(5, 4, requires_grad=True)
     loss = _LinearNll.apply(h, torch.randn(7, 4, requires_grad=True), torch.zeros(7, requires_grad=True),
-                            torch.tensor([0, 1, 2, 3, 6]))
+                            torch.tensor([0, 1, 2, 3, 6]), True)
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="one backward pass"):
         loss.backward()

@@ -67,8 +67,14 @@ from privasr.lm.neural.checkpoint import Checkpoint, load_checkpoint, save_check
 from privasr.lm.neural.models import ClassSoftmax, LstmLM, NeuralLMConfig, TransformerLM, build_model
 from privasr.lm.neural.vocab import Vocabulary
 
+try:  # after torch: the module's libgomp.so.1 then binds to torch's (see _nll.c)
+    from privasr.lm.neural import _nll
+except ImportError:  # built without a C compiler or OpenMP: the output layer's rows by torch's operations
+    _nll = None
+
 __all__ = ["TrainOptions", "TrainResult", "train_lm", "encode_sentences", "make_batch", "evaluate_ppl",
-           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "TrainNeuralFile", "set_num_threads"]
+           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "TrainNeuralFile", "set_num_threads",
+           "compiled_output_rows"]
 
 FREEZE_CHOICES = ("none", "output")
 #: training options that may differ between an interrupted run and its ``resume`` (they only decide when to stop)
@@ -351,7 +357,7 @@ def token_nll(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tenso
         keep = (y != _IGNORE).flatten()
         h, targets, out = h.flatten(0, 1)[keep], y.flatten()[keep], model.output
         if torch.is_grad_enabled() and h.dtype == torch.float32 and isinstance(out, nn.Linear):
-            return _LinearNll.apply(h, out.weight, out.bias, targets)
+            return _LinearNll.apply(h, out.weight, out.bias, targets, True)
         return F.cross_entropy(out(h).float(), targets, reduction="sum")  # type: ignore[operator]
     logits, _ = model(x)
     return F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=_IGNORE, reduction="sum")
@@ -361,38 +367,58 @@ class _LinearNll(torch.autograd.Function):
     """``cross_entropy(h @ weight.T + bias, targets, reduction="sum")`` on the CPU, with its gradients computed
     in the forward pass a block of rows at a time: the ``[N, V]`` logits never exist whole (one block-sized
     buffer is reused), so the passes over them (the log-softmax and its backward) run from cache instead of
-    memory. The backward pass only scales the gradients, in place (so it runs once: a second backward through
-    the same graph is refused)."""
+    memory. The rows of a block (bias, log-sum-exp, loss, softmax gradient and the bias gradient's column sums)
+    are done by the compiled :mod:`privasr.lm.neural._nll` when it is built and ``compiled_rows`` is true (a row
+    at a time, in torch's threads: equal to torch's operations to float rounding), else by torch's operations,
+    which also take any block with a NaN or an infinity. The backward pass only scales the gradients, in place (so it runs once: a second backward
+    through the same graph is refused)."""
 
     ROWS = 256
 
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                targets: torch.Tensor) -> torch.Tensor:
+                targets: torch.Tensor, compiled_rows: bool) -> torch.Tensor:
         n = h.shape[0]
         ctx.has = (h.requires_grad, weight.requires_grad, bias is not None and bias.requires_grad)
         ctx.used = False
         w = weight.detach()
+        b = bias.detach().contiguous() if bias is not None else None
         gh = torch.empty_like(h) if ctx.has[0] else None
         gw = torch.empty_like(w) if ctx.has[1] else None
-        gb = torch.zeros_like(bias) if ctx.has[2] else None  # type: ignore[arg-type]
+        gb = torch.zeros_like(b) if ctx.has[2] else None  # type: ignore[arg-type]
         z_buf = h.new_empty(min(_LinearNll.ROWS, n), w.shape[0])
-        parts = []
+        compiled = (compiled_rows and _nll is not None and h.dtype == w.dtype == torch.float32
+                    and (b is None or b.dtype == h.dtype))
+        if compiled:
+            targets = targets.to(torch.int64).contiguous()
+            arrays = (b.numpy() if b is not None else None, gb.numpy() if gb is not None else None)
+        parts: list[torch.Tensor | float] = []
         for lo in range(0, n, _LinearNll.ROWS):
             hc, tc = h[lo:lo + _LinearNll.ROWS], targets[lo:lo + _LinearNll.ROWS]
             z = z_buf[:len(tc)]
             torch.mm(hc, w.t(), out=z)
-            if bias is not None:
-                z.add_(bias.detach())  # a pass over the block: cheaper than addmm's broadcast copy before it
-            # the block's loss from its log-sum-exp, then z becomes its gradient: softmax(z) - onehot(targets)
-            rows = torch.arange(len(tc))
-            m = z.amax(dim=1, keepdim=True)
-            target = z[rows, tc] - m[:, 0]
-            z.sub_(m).exp_()
-            total = z.sum(dim=1, keepdim=True)
-            parts.append((total[:, 0].log() - target).sum())  # lse - z[target], both relative to the max
-            z.div_(total)
-            z[rows, tc] -= 1.0
+            loss = None
+            if compiled:
+                loss = _nll.nll_rows(z.numpy(), z.shape[1], arrays[0], tc.numpy(), arrays[1],  # type: ignore[union-attr]
+                                     torch.get_num_threads())
+                if loss is None:  # a NaN or an infinity in the block: torch's operations propagate it
+                    torch.mm(hc, w.t(), out=z)
+            if loss is not None:
+                parts.append(loss)
+            else:
+                if b is not None:
+                    z.add_(b)  # a pass over the block: cheaper than addmm's broadcast copy before it
+                # the block's loss from its log-sum-exp, then z becomes its gradient: softmax(z) - onehot(targets)
+                rows = torch.arange(len(tc))
+                m = z.amax(dim=1, keepdim=True)
+                target = z[rows, tc] - m[:, 0]
+                z.sub_(m).exp_()
+                total = z.sum(dim=1, keepdim=True)
+                parts.append((total[:, 0].log() - target).sum())  # lse - z[target], both relative to the max
+                z.div_(total)
+                z[rows, tc] -= 1.0
+                if gb is not None:
+                    gb.add_(z.sum(dim=0))
             if gh is not None:
                 torch.mm(z, w, out=gh[lo:lo + _LinearNll.ROWS])
             if gw is not None:
@@ -400,13 +426,11 @@ class _LinearNll(torch.autograd.Function):
                     torch.mm(z.t(), hc, out=gw)
                 else:
                     gw.addmm_(z.t(), hc)
-            if gb is not None:
-                gb.add_(z.sum(dim=0))
         if gw is not None and n == 0:  # no rows: zero gradients
             gw.zero_()
         empty = torch.empty(0)
         ctx.save_for_backward(*(g if g is not None else empty for g in (gh, gw, gb)))
-        return torch.stack(parts).sum() if parts else h.new_zeros(())
+        return h.new_tensor(sum(float(p) for p in parts))  # the blocks' sums added in double precision
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -414,7 +438,17 @@ class _LinearNll(torch.autograd.Function):
             raise RuntimeError("the fused training loss supports one backward pass per forward pass")
         ctx.used = True
         saved = ctx.saved_tensors
-        return (*(g.mul_(grad) if has else None for g, has in zip(saved, ctx.has, strict=True)), None)
+        return (*(g.mul_(grad) if has else None for g, has in zip(saved, ctx.has, strict=True)), None, None)
+
+
+def compiled_output_rows() -> bool:
+    """Whether training on the CPU computes the full softmax's rows with the compiled
+    :mod:`privasr.lm.neural._nll` (else with torch's operations: the same losses to float rounding).
+
+    >>> isinstance(compiled_output_rows(), bool)
+    True
+    """
+    return _nll is not None
 
 
 def _oov_rate(vocab: Vocabulary, sentences: Sequence[Sequence[str]]) -> float:
