@@ -1,4 +1,4 @@
-"""Build hook for the optional compiled modules (everything else is in pyproject.toml): the n-gram query engine
+"""Build hook for the optional compiled modules (everything else is in pyproject.toml): the n-gram query engine,
 the neural trainer's dropout masks and its output layer's softmax cross-entropy rows.
 
 ``optional=True``: where no C compiler is available the install still succeeds;

@@ -73,8 +73,8 @@ except ImportError:  # built without a C compiler or OpenMP: the output layer's 
     _nll = None
 
 __all__ = ["TrainOptions", "TrainResult", "train_lm", "encode_sentences", "make_batch", "evaluate_ppl",
-           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "TrainNeuralFile", "set_num_threads",
-           "compiled_output_rows"]
+           "token_nll", "FREEZE_CHOICES", "RESUMABLE_CHANGES", "parse_overrides", "load_run_config", "TrainNeuralFile",
+           "set_num_threads", "compiled_output_rows"]
 
 FREEZE_CHOICES = ("none", "output")
 #: training options that may differ between an interrupted run and its ``resume`` (they only decide when to stop)
@@ -370,8 +370,8 @@ class _LinearNll(torch.autograd.Function):
     memory. The rows of a block (bias, log-sum-exp, loss, softmax gradient and the bias gradient's column sums)
     are done by the compiled :mod:`privasr.lm.neural._nll` when it is built and ``compiled_rows`` is true (a row
     at a time, in torch's threads: equal to torch's operations to float rounding), else by torch's operations,
-    which also take any block with a NaN or an infinity. The backward pass only scales the gradients, in place (so it runs once: a second backward
-    through the same graph is refused)."""
+    which also take any block with a NaN or an infinity. The backward pass only scales the gradients, in place
+    (so it runs once: a second backward through the same graph is refused)."""
 
     ROWS = 256
 
