@@ -10,11 +10,12 @@
  * imported after torch, whose CPU build loads its own libgomp.so.1: the loader then binds both to torch's copy,
  * so these rows run in torch's thread pool (a second OpenMP runtime would spin against torch's idle threads).
  *
- * The exponential is the Cephes single-precision one (range reduction by ln 2, a degree-5 polynomial: within
- * 2 ulp of the true value on the arguments used here, z - max <= 0); the scalar path uses the C library's expf.
- * The results equal torch's to float rounding, not bit for bit. A row with a non-finite value makes the call
- * return None (the bias gradient untouched), and the caller then computes that block with torch's operations (which propagate the NaN or inf
- * as torch does).
+ * The exponential is the Cephes single-precision one (range reduction by ln 2, a degree-5 polynomial): on the
+ * arguments used here, z - max in [-87, 0], it is within 1.24 ulp of the true value (measured on every 7th float
+ * of that range; mean 0.07 ulp). The scalar path uses the C library's expf. The results equal torch's to float
+ * rounding, not bit for bit. A row with a non-finite value makes the call return None (the bias gradient
+ * untouched), and the caller then computes that block with torch's operations, which propagate the NaN or inf
+ * as torch does.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -256,7 +257,8 @@ static PyObject *nll_rows(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t r = 0; r < n; r++) {
         if (targets[r] < 0 || targets[r] >= v) {
-            PyErr_Format(PyExc_IndexError, "target %lld of row %zd is outside 0 .. %zd", (long long)targets[r], r, v - 1);
+            PyErr_Format(PyExc_IndexError, "target %lld of row %zd is outside 0 .. %zd", (long long)targets[r], r,
+                         v - 1);
             goto fail_g;
         }
     }

@@ -399,8 +399,8 @@ class _LinearNll(torch.autograd.Function):
             torch.mm(hc, w.t(), out=z)
             loss = None
             if compiled:
-                loss = _nll.nll_rows(z.numpy(), z.shape[1], arrays[0], tc.numpy(), arrays[1],  # type: ignore[union-attr]
-                                     torch.get_num_threads())
+                loss = _nll.nll_rows(  # type: ignore[union-attr]
+                    z.numpy(), z.shape[1], arrays[0], tc.numpy(), arrays[1], torch.get_num_threads())
                 if loss is None:  # a NaN or an infinity in the block: torch's operations propagate it
                     torch.mm(hc, w.t(), out=z)
             if loss is not None:
