@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["BENCHMARKS", "get", "best_of", "matmul_flops", "sync", "device_name"]
+__all__ = ["BENCHMARKS", "get", "best_of", "best_of_interleaved", "matmul_flops", "sync", "device_name"]
 
 BENCHMARKS: dict[str, str] = {
     "readers": "privasr.bench.readers:run",
@@ -56,6 +56,26 @@ def best_of(fn: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
         result = fn()
         best = min(best, time.perf_counter() - t0)
     return best, result
+
+
+def best_of_interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int = 7
+                        ) -> tuple[dict[str, float], dict[str, Any]]:
+    """Run every function of ``fns`` once per round, in turn, for ``rounds`` rounds (so that a slow or fast
+    moment of a shared machine falls on all of them); return each one's smallest wall time in seconds and its
+    last result, by name.
+
+    >>> best, out = best_of_interleaved({"a": lambda: 1, "b": lambda: 2}, rounds=2)
+    >>> sorted(best), out
+    (['a', 'b'], {'a': 1, 'b': 2})
+    """
+    best = dict.fromkeys(fns, float("inf"))
+    out: dict[str, Any] = {}
+    for _ in range(max(1, rounds)):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best, out
 
 
 def sync(device: str) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from privasr.bench import best_of
+from privasr.bench import best_of, best_of_interleaved
 from privasr.paths import data_dir, golden_dir
 from privasr.results import write_results
 
@@ -266,13 +266,7 @@ def _query(metrics: dict[str, Any], skipped: dict[str, str], arpa: Path, dev: li
             return tot
 
         paths.update(kenlm=lambda: [km.score(x, bos=True, eos=True) for x in lines], kenlm_state=k_state)
-    best = dict.fromkeys(paths, float("inf"))
-    out: dict[str, Any] = {}
-    for _ in range(_QUERY_ROUNDS):
-        for name, fn in paths.items():
-            t0 = time.perf_counter()
-            out[name] = fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    best, out = best_of_interleaved(paths, _QUERY_ROUNDS)
     metrics.update(query_words=words, query_words_per_s=words / best["batch"],
                    query_score_batch_words_per_s=words / best["objs"], query_nbest10_words_per_s=words / best["n10"],
                    query_stateful_words_per_s=sub_words / best["state"])

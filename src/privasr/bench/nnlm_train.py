@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from privasr.bench import device_name, matmul_flops
+from privasr.bench import best_of_interleaved, device_name, matmul_flops
 from privasr.errors import ConfigError
 from privasr.results import write_results
 
@@ -133,20 +133,14 @@ def dropout_speed(n: int = 1 << 20, rounds: int = 7) -> dict[str, Any]:
     >>> m["dropout_speedup_vs_torch"] > 0 and isinstance(m["dropout_compiled_masks"], bool)
     True
     """
-    import time
-
     import torch
     import torch.nn.functional as F
 
     from privasr.lm.neural.dropout import dropout, fast_masks
 
     x = torch.ones(n)
-    best = {"ours": float("inf"), "torch": float("inf")}
-    for _ in range(rounds):
-        for name, fn in (("ours", lambda: dropout(x, 0.1)), ("torch", lambda: F.dropout(x, 0.1, True))):
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+    best, _ = best_of_interleaved({"ours": lambda: dropout(x, 0.1), "torch": lambda: F.dropout(x, 0.1, True)},
+                                  rounds)
     return {"dropout_ns_per_element": best["ours"] / n * 1e9, "dropout_torch_ns_per_element": best["torch"] / n * 1e9,
             "dropout_speedup_vs_torch": best["torch"] / best["ours"], "dropout_compiled_masks": fast_masks()}
 
@@ -160,8 +154,6 @@ def output_layer_speed(rows: int = 512, dim: int = 128, vocab: int = 8803, round
     >>> m["output_rows_speedup_vs_torch"] > 0 and isinstance(m["output_rows_compiled"], bool)
     True
     """
-    import time
-
     import torch
 
     from privasr.lm.neural.train import _LinearNll, compiled_output_rows
@@ -171,14 +163,11 @@ def output_layer_speed(rows: int = 512, dim: int = 128, vocab: int = 8803, round
     w = (torch.randn(vocab, dim, generator=g) * dim ** -0.5).requires_grad_()
     b = torch.zeros(vocab, requires_grad=True)
     t = torch.randint(0, vocab, (rows,), generator=g)
-    best = {True: float("inf"), False: float("inf")}
-    for _ in range(rounds):
-        for compiled in (True, False):
-            t0 = time.perf_counter()
-            _LinearNll.apply(h, w, b, t, compiled).backward()
-            best[compiled] = min(best[compiled], time.perf_counter() - t0)
-    return {"output_layer_ms": best[True] * 1e3, "output_layer_torch_rows_ms": best[False] * 1e3,
-            "output_rows_speedup_vs_torch": best[False] / best[True], "output_rows_compiled": compiled_output_rows()}
+    best, _ = best_of_interleaved({"compiled": lambda: _LinearNll.apply(h, w, b, t, True).backward(),
+                                   "torch": lambda: _LinearNll.apply(h, w, b, t, False).backward()}, rounds)
+    return {"output_layer_ms": best["compiled"] * 1e3, "output_layer_torch_rows_ms": best["torch"] * 1e3,
+            "output_rows_speedup_vs_torch": best["torch"] / best["compiled"],
+            "output_rows_compiled": compiled_output_rows()}
 
 
 _MODEL_KEYS = ("_preset", "_parameters", "_vocab_size")

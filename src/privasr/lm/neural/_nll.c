@@ -204,6 +204,9 @@ static void run_job(job_t *jb) {
     }
 }
 
+/* whether the CPU has AVX2 and FMA: asked once, when the module is imported */
+static int avx2_fma;
+
 static int cpu_avx2(void) {
 #if HAVE_X86
     __builtin_cpu_init();
@@ -272,7 +275,7 @@ static PyObject *nll_rows(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto fail_g;
     }
-    int avx2 = simd && cpu_avx2();
+    int avx2 = simd && avx2_fma;
     for (Py_ssize_t k = 0; k < threads; k++) {
         job_t *jb = &jobs[k];
         jb->z = (float *)zb.buf;
@@ -323,7 +326,7 @@ fail_z:
 static PyObject *has_avx2(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return PyBool_FromLong(cpu_avx2());
+    return PyBool_FromLong(avx2_fma);
 }
 
 static PyMethodDef methods[] = {
@@ -341,4 +344,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nll",
                                     "The fused softmax cross-entropy rows of the neural trainer's output layer.",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__nll(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__nll(void) {
+    avx2_fma = cpu_avx2();
+    return PyModule_Create(&module);
+}

@@ -63,8 +63,9 @@ def fast_masks() -> bool:
     return True
 
 
+@functools.cache
 def _scale(keep: float) -> float:
-    """``1 / keep`` as torch's ``noise.div_(keep)`` computes it in float32."""
+    """``1 / keep`` as torch's ``noise.div_(keep)`` computes it in float32 (once per probability)."""
     return float(torch.ones((), dtype=torch.float32).div_(keep))
 
 

@@ -27,7 +27,9 @@
   (``softmax="class"``) computes only the class softmax and the word logits of each target's class. On the CPU
   the output layer runs on the real (non-padding) tokens only, and in training the full softmax's loss computes
   its gradients a block of rows at a time, so the ``[tokens, V]`` logits never exist whole (the same loss and
-  gradients to float32 rounding; 1.45x tokens/s for ``small-transformer`` on one thread).
+  gradients to float32 rounding; 1.45x tokens/s for ``small-transformer`` on one thread); each block's softmax
+  rows are computed by the compiled :mod:`privasr.lm.neural._nll` where it is built
+  (:func:`compiled_output_rows`), else by torch's operations.
 * **Dropout** masks come from :mod:`privasr.lm.neural.dropout`: torch's masks from torch's generator, bit for bit
   (the same losses for the same seed), drawn several times faster on the CPU where its compiled part is built.
 * **Frozen layers** (paper 003, 2.3): ``freeze="output"`` trains only ``model.output_layers()`` (the output
