@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed-$(EXTRAS)
 
 .PHONY: setup demo test test-all bench lint clean
 
-$(STAMP): pyproject.toml setup.py src/privasr/lm/ngram/_engine.c src/privasr/lm/neural/_dropout.c src/privasr/lm/neural/_nll.c
+$(STAMP): pyproject.toml setup.py src/privasr/lm/ngram/_engine.c src/privasr/lm/neural/_dropout.c src/privasr/lm/neural/_nll.c \
+		src/privasr/lm/neural/_trie.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: a looser requirement would pull a multi-GB CUDA build

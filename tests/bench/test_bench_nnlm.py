@@ -29,7 +29,8 @@ def test_nnlm_scoring_quick_on_synthetic_data(tmp_path: Path, monkeypatch: pytes
     assert res["config"]["device"] == "cpu" and res["config"]["data"].startswith("synthetic")
     assert m["max_abs_diff_vs_naive"] <= 1e-5
     assert m["speedup_vs_naive"] > 0 and 0 < m["roofline_fraction"]
-    assert set(m["engine_tokens_per_s_by_batch_tokens"]) == {"4096"}
+    assert 0 < m["words_roofline_fraction"] and m["words_tokens_per_s"] > 0
+    assert set(m["engine_tokens_per_s_by_batch_and_group_tokens"]) == {"4096/65536"}
 
 
 @pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda0"])
@@ -57,7 +58,9 @@ def test_nnlm_scoring_quick_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     cfg = json.loads((tmp_path / "b" / "results.json").read_text())["config"]
     assert cfg["device"] == "cuda" and cfg["device_name"]
     assert m["max_abs_diff_vs_naive"] <= 1e-5
-    assert set(m["engine_tokens_per_s_by_batch_tokens"]) == {"4096", "16384", "65536"}
+    assert set(m["engine_tokens_per_s_by_batch_and_group_tokens"]) == {
+        f"{b}/{g}" for b in (4096, 16384, 65536) for g in (16384, 65536)}
+    assert m.get("gpu_busy_fraction", 0.5) > 0 and m["words_roofline_fraction"] > 0
 
 
 def test_nnlm_train_quick_on_synthetic_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,11 +7,16 @@ lists of ``ami-tts-nbest`` test, vocabulary from the AMI train transcripts (at m
 the specials), when ``../shared/data`` is present; else the synthetic corpus (:mod:`privasr.synth`)
 with its background-text vocabulary (then smaller than 10k). Runs in fp32 on the CPU with
 ``torch.set_num_threads(os.cpu_count())`` (the scorer's default batch sizes), or on a CUDA device with ``--device
-cuda`` (then forward calls of 4k, 16k and 64k positions are tried, output blocks of 4,096 states, and the
-fastest is reported; the matmul reference is 8192 x 8192 fp32 at torch's default precision, no TF32).
+cuda`` (then forward calls of 4k, 16k and 64k positions and groups of 16k and 64k tokens are tried, output
+blocks of 4,096 states, and the fastest is reported; the matmul reference is 8192 x 8192 fp32 at torch's default
+precision, no TF32).
 
-* **engine**: :meth:`~privasr.lm.neural.scorer.NeuralLM.score_batch` over all hypotheses at once (a prefix trie,
-  tree-attention rows, an output log-sum-exp per distinct prefix);
+* **engine**: :meth:`~privasr.lm.neural.scorer.NeuralLM.score_ids` over all hypotheses at once, their word ids
+  encoded beforehand (a prefix trie, tree-attention rows, an output log-sum-exp per distinct prefix; log10
+  scores back as one array);
+* **words**: :meth:`~privasr.lm.neural.scorer.NeuralLM.score_batch` on the same hypotheses as words: the engine
+  plus encoding the words and building one :class:`~privasr.lm.base.SentenceScore` per hypothesis (Python
+  objects, which on a GPU cost more than the network);
 * **naive**: :meth:`~privasr.lm.neural.scorer.NeuralLM.score_naive`, one full forward pass per hypothesis
   (no prefix sharing, no batching; duplicates are scored again), on the first 100 (``--quick``: 20) lists
   only (it is slow); ``speedup_vs_naive`` compares it with the engine on those same lists;
@@ -25,9 +30,10 @@ layer norms, softmaxes and the log-sum-exp are not counted; neither are the repe
 the packed rows nor the masked-out attention entries (work the engine does but the count does not credit).
 
 Metrics: ``speedup_vs_naive`` (naive time / engine time on the same lists; target >= 5), ``roofline_fraction``
-(engine FLOP/s over the matmul rate; target >= 0.4), ``max_abs_diff_vs_naive`` (log10, every token; must be <=
-1e-5, else the benchmark fails), ``*_tokens_per_s`` and ``*_hyps_per_s`` (scored tokens, ``</s>`` included,
-and hypotheses per second) for both paths, ``distinct_prefix_fraction`` (trie nodes / scored tokens),
+(engine FLOP/s over the matmul rate; target >= 0.4 on the CPU, 0.3 on a GPU), ``words_roofline_fraction`` (the
+same for the words path), ``max_abs_diff_vs_naive`` (log10, every token; must be <= 1e-5, else the benchmark
+fails; the words path must give the engine's scores), ``*_tokens_per_s`` and ``*_hyps_per_s`` (scored tokens,
+``</s>`` included, and hypotheses per second) for the three paths, ``distinct_prefix_fraction`` (trie nodes / scored tokens),
 ``flops_per_node``, ``matmul_gflops`` and ``engine_gflops``. On CUDA also, from one profiled run of the engine
 (``torch.profiler``): ``gpu_kernel_s`` (the summed time of its CUDA kernels), ``gpu_busy_fraction`` (that over
 the run's wall time: well below 1 when the host, not the GPU, sets the pace) and ``kernel_roofline_fraction``
@@ -126,38 +132,45 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     vocab = Vocabulary.build(text, max_size=10_000)
     cfg = NeuralLMConfig.preset("paper000-transformer")
     model = build_model(cfg, vocab)
-    # CPU: the scorer's defaults. CUDA: bigger forward calls and output blocks (the GPU needs the parallelism).
-    batches = [4096] if not cuda else [4096, 16384, 65536]
+    # CPU: the scorer's defaults. CUDA: bigger forward calls and output blocks (the GPU needs the parallelism), and
+    # groups small enough that the host builds one group's trie while the device runs the last one
+    combos = [(4096, 1 << 16)] if not cuda else [(b, g) for b in (4096, 16384, 65536) for g in (16384, 65536)]
     out_rows = 128 if not cuda else 4096
     hyps = [h for nb in lists for h in nb]
     sub = [h for nb in lists[:n_naive] for h in nb]
+    ids, off = vocab.encode_flat(hyps)
+    sub_ids, sub_off = vocab.encode_flat(sub)
     n_tokens = sum(len(h) + 1 for h in hyps)
     n_sub_tokens = sum(len(h) + 1 for h in sub)
 
     mm_n = 2048 if not cuda else 8192
     peak = matmul_rate(mm_n, device=device)
-    per_batch: dict[str, float] = {}
-    best: tuple[float, int] | None = None
-    for bt in batches:
-        lm = NeuralLM(model, vocab, device=device, batch_tokens=bt, out_rows=out_rows)
-        lm.score_batch(hyps[:50])  # warm-up
+    per_combo: dict[str, float] = {}
+    best: tuple[float, tuple[int, int]] | None = None
+    for bt, gt in combos:
+        lm = NeuralLM(model, vocab, device=device, batch_tokens=bt, out_rows=out_rows, group_tokens=gt)
+        lm.score_ids(*vocab.encode_flat(hyps[:50]))  # warm-up
         sync(device)
-        t, _ = best_of(lambda lm=lm: lm.score_batch(hyps), repeats)
-        per_batch[str(bt)] = n_tokens / t
+        t, _ = best_of(lambda lm=lm: lm.score_ids(ids, off), repeats)
+        per_combo[f"{bt}/{gt}"] = n_tokens / t
         if best is None or t < best[0]:
-            best = (t, bt)
+            best = (t, (bt, gt))
     assert best is not None
-    t_engine, batch_tokens = best
-    lm = NeuralLM(model, vocab, device=device, batch_tokens=batch_tokens, out_rows=out_rows)
-    t_sub, fast = best_of(lambda: lm.score_batch(sub), repeats)
+    t_engine, (batch_tokens, group_tokens) = best
+    lm = NeuralLM(model, vocab, device=device, batch_tokens=batch_tokens, out_rows=out_rows, group_tokens=group_tokens)
+    t_words, by_words = best_of(lambda: lm.score_batch(hyps), repeats)
+    t_sub, fast = best_of(lambda: lm.score_ids(sub_ids, sub_off), repeats)
     t_naive, slow = best_of(lambda: lm.score_naive(sub), 1)
-    diff = max(float(np.max(np.abs(f.logprobs - s.logprobs))) for f, s in zip(fast, slow, strict=True))
+    naive = np.concatenate([s.logprobs for s in slow])
+    diff = float(np.max(np.abs(fast - naive)))
     if not diff <= 1e-5:
         raise RuntimeError(f"fast and naive scores differ by {diff} (log10)")
+    words_diff = float(np.max(np.abs(np.concatenate([s.logprobs for s in by_words]) - lm.score_ids(ids, off))))
+    if not words_diff <= 1e-6:
+        raise RuntimeError(f"score_batch and score_ids differ by {words_diff} (log10)")
     peak = max(peak, matmul_rate(mm_n, device=device))
 
-    gpu = _gpu_busy(lambda: NeuralLM(model, vocab, device=device, batch_tokens=batch_tokens,
-                                     out_rows=out_rows).score_batch(hyps)) if cuda else None
+    gpu = _gpu_busy(lambda: lm.score_ids(ids, off)) if cuda else None
     trie = PrefixTrie.build([tuple(vocab.encode(h)) for h in hyps])
     flops_nodes = flops_per_node(trie.depth, d=cfg.embed_dim, ffn=cfg.ffn_dim, layers=cfg.layers,
                                  vocab=len(vocab))
@@ -166,6 +179,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         "lists": len(lists), "hypotheses": len(hyps), "scored_tokens": n_tokens, "trie_nodes": len(trie),
         "distinct_prefix_fraction": len(trie) / n_tokens, "vocab_size": len(vocab), "threads": threads,
         "engine_s": t_engine, "engine_tokens_per_s": n_tokens / t_engine, "engine_hyps_per_s": len(hyps) / t_engine,
+        "words_s": t_words, "words_tokens_per_s": n_tokens / t_words, "words_hyps_per_s": len(hyps) / t_words,
         "naive_lists": min(n_naive, len(lists)), "naive_hypotheses": len(sub),
         "naive_s": t_naive, "engine_on_naive_lists_s": t_sub,
         "naive_tokens_per_s": n_sub_tokens / t_naive, "naive_hyps_per_s": len(sub) / t_naive,
@@ -174,8 +188,9 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
         "flops_per_node_formula": "layers*(8*d^2 + 4*d*ffn + 4*d*(depth+1)) + 2*d*V",
         "engine_gflops": engine_rate / 1e9, "matmul_gflops": peak / 1e9,
         "roofline_fraction": engine_rate / peak,
+        "words_roofline_fraction": float(flops_nodes.sum()) / t_words / peak,
         "max_abs_diff_vs_naive": diff,
-        "engine_tokens_per_s_by_batch_tokens": per_batch,
+        "engine_tokens_per_s_by_batch_and_group_tokens": per_combo,
     }
     if gpu is not None:
         kernel_s, wall_s = gpu
@@ -183,7 +198,8 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
                         "gpu_busy_fraction": kernel_s / wall_s,
                         "kernel_roofline_fraction": float(flops_nodes.sum()) / kernel_s / peak if kernel_s else None})
     write_results(out, config={"benchmark": "nnlm-scoring", "data": data, "model": cfg.to_dict(),
-                               "batch_tokens": batch_tokens, "batch_tokens_tried": batches, "row_len": lm.row_len,
+                               "batch_tokens": batch_tokens, "group_tokens": group_tokens,
+                               "batch_and_group_tokens_tried": [list(c) for c in combos], "row_len": lm.row_len,
                                "out_rows": lm.out_rows, "repeats": repeats, "device": device,
                                "device_name": device_name(device), "dtype": "float32",
                                "float32_matmul_precision": torch.get_float32_matmul_precision(),

@@ -292,3 +292,60 @@ def test_unk_probability_is_spread_over_the_unk_types(tmp_path) -> None:
     assert np.allclose(back.score(["zz"]).logprobs, spread.score(["zz"]).logprobs)
     with pytest.raises(ConfigError):
         NeuralLM(model, v, spread_unk="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("eos", [True, False])
+def test_score_ids_equals_score_batch_in_one_group_or_many(model: torch.nn.Module, eos: bool) -> None:
+    ids, off = VOCAB.encode_flat(SENTS)
+    whole = NeuralLM(model, VOCAB, out_rows=5)
+    flat = whole.score_ids(ids, off, eos=eos)
+    batch = whole.score_batch(SENTS, eos=eos)
+    assert flat.dtype == np.float64 and len(flat) == sum(len(s) + eos for s in SENTS)
+    assert np.array_equal(flat, np.concatenate([s.logprobs for s in batch]))
+    naive = np.concatenate([s.logprobs for s in whole.score_naive(SENTS, eos=eos)])
+    assert np.max(np.abs(flat - naive)) <= TOL
+    # groups of ~25 targets of sorted sentences (each its own trie), results back in input order
+    grouped = NeuralLM(model, VOCAB, out_rows=5, batch_tokens=12, row_len=12, group_tokens=25)
+    assert np.max(np.abs(grouped.score_ids(ids, off, eos=eos) - naive)) <= TOL
+    assert whole.score_ids(np.zeros(0, dtype=np.int64), [0]).shape == (0,)
+    assert whole.score_ids([], [0, 0, 0], eos=eos).tolist() == ([whole.score([]).logprobs[0]] * 2 if eos else [])
+
+
+def test_score_ids_takes_every_unk_id_for_an_oov_word() -> None:
+    v = Vocabulary.build([["a", "a", "b", "b", "x", "y", "z"]], min_count=2)  # 3 types behind <unk>
+    torch.manual_seed(0)
+    lm = NeuralLM(build_model(NeuralLMConfig.preset("tiny-transformer"), v), v)
+    sents = [["a", "zz", "b"], ["q"]]
+    ids, off = v.encode_flat(sents)
+    assert ids.tolist() == [v.index("a"), v.unk_id, v.index("b"), v.unk_id]
+    assert np.allclose(lm.score_ids(ids, off), np.concatenate([s.logprobs for s in lm.score_batch(sents)]),
+                       atol=1e-12)
+    raw = NeuralLM(lm.model, v, spread_unk=False).score_ids(ids, off)
+    assert np.allclose(lm.score_ids(ids, off), raw - np.array([0, 1, 0, 0, 1, 0]) * math.log10(4), atol=1e-12)
+    # score_batch: the word <unk> itself is in the vocabulary, so no share is taken off it
+    literal = lm.score_batch([["<unk>"], ["zz"]])
+    assert literal[0].oov.tolist() == [False, False] and literal[1].oov.tolist() == [True, False]
+    assert abs(literal[0].logprobs[0] - literal[1].logprobs[0] - math.log10(4)) < 1e-9
+
+
+def test_score_ids_refuses_bad_arrays() -> None:
+    lm = NeuralLM(_MODELS["transformer"], VOCAB)
+    for ids, off, match in (([3, 4], [0, 1], "offsets must"), ([3, 4], [1, 2], "offsets must"),
+                            ([3, 4], [0, 2, 1, 2], "offsets must"), ([[3, 4]], [0, 2], "vectors"),
+                            ([3, len(VOCAB)], [0, 2], "word ids of this vocabulary"),
+                            ([-1, 3], [0, 2], "word ids of this vocabulary"), (["a"], [0, 1], "ids and offsets")):
+        with pytest.raises(InputError, match=match):
+            lm.score_ids(ids, off)
+    with pytest.raises(ConfigError, match="eos"):
+        lm.score_ids([3], [0, 1], eos="yes")  # type: ignore[arg-type]
+
+
+def test_scoring_without_the_compiled_trie_gives_the_same_scores(model: torch.nn.Module,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import privasr.lm.neural.trie as trie_mod
+
+    lm = NeuralLM(model, VOCAB, batch_tokens=40, row_len=16, out_rows=7)
+    compiled = [lm.score_batch(SENTS, eos=e) for e in (True, False)]
+    monkeypatch.setattr(trie_mod, "_compiled", None)
+    for e, ref in zip((True, False), compiled, strict=True):
+        assert _max_diff(lm.score_batch(SENTS, eos=e), ref) == 0.0

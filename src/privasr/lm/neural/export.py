@@ -81,7 +81,7 @@ import numpy as np
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
 from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
-from privasr.lm.neural.trie import PrefixTrie, pack_rows
+from privasr.lm.neural.trie import PrefixTrie, pack_segments
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["export_lm", "export_checkpoint", "ExportInfo", "ExportedNeuralLM", "OnnxNeuralLM",
@@ -537,7 +537,7 @@ class ExportedNeuralLM(NeuralScorerBase):
         keys, inverse = np.unique(flat_nodes * v + targets, return_inverse=True)
         pair_node, pair_tgt = np.divmod(keys, v)
         row_len = max(min(self.row_len, self.batch_tokens), int(trie.depth.max()) + 1)
-        packed = pack_rows(trie, trie.segments(row_len), row_len)
+        packed = pack_segments(trie, *trie.segment_arrays(row_len), row_len)
         per_call = max(1, self.batch_tokens // row_len)
         fill = (packed.nodes >= 0).sum(axis=1)
         pair_ln = np.empty(len(keys), dtype=np.float64)
@@ -655,7 +655,9 @@ class TorchScriptNeuralLM(ExportedNeuralLM):
 
         if bias is None:
             bias = np.zeros(len(self.vocab), dtype=np.float32)
-        args = [torch.from_numpy(feeds[n]) for n in self.meta["input_names"] if n != "bias"]
+        # torch refuses to alias read-only memory (the packed rows are read-only views)
+        args = [torch.from_numpy(a if (a := feeds[n]).flags.writeable else a.copy())
+                for n in self.meta["input_names"] if n != "bias"]
         before = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:

@@ -21,9 +21,15 @@ distinct prefix:
 
 Only what the log-probabilities need is computed from the hidden states: the output projection of each
 distinct prefix once (in row blocks, so the logits stay in cache), a log-sum-exp per prefix and the logits of
-the words that follow it; no softmax is materialised. Everything runs in ``torch.inference_mode`` in fp32
-(on CUDA with cuDNN's TF32 switched off, so an LSTM scores the same on the GPU as on the CPU, to ~1e-6);
-the final differences are taken in float64. :meth:`NeuralLM.score_naive` is the reference: each sentence on
+the words that follow it (:func:`~privasr.lm.neural.trie.target_pairs`: each distinct (prefix, next word) pair
+once); no softmax is materialised. All of that stays on the device, down to each target's log-probability, and
+comes back in one copy: the host does not wait for the device inside a batch. :meth:`NeuralLM.score_ids` is the
+array form (flat word ids and offsets in, one flat array of log10 scores out): without the Python objects of
+:meth:`NeuralLM.score_batch`, which on a GPU take longer than the network itself. The trie and the rows are
+built by compiled loops where they are built (:func:`~privasr.lm.neural.trie.compiled_trie`).
+
+Everything runs in ``torch.inference_mode`` in fp32 (on CUDA with cuDNN's TF32 switched off, so an LSTM scores
+the same on the GPU as on the CPU, to ~1e-6); the final differences are taken in float64. :meth:`NeuralLM.score_naive` is the reference: each sentence on
 its own, a full forward pass and a float64 log-softmax over every position.
 
 **Class-factored softmax** (``softmax="class"``, :class:`~privasr.lm.neural.models.ClassSoftmax`). Scoring
@@ -64,6 +70,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -73,10 +80,10 @@ import torch
 from torch import nn
 
 from privasr.errors import ConfigError, InputError
-from privasr.lm.base import EOS, LN10, SentenceScore
+from privasr.lm.base import EOS, LN10, UNK, SentenceScore
 from privasr.lm.neural.models import ClassSoftmax
 from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
-from privasr.lm.neural.trie import PrefixTrie, pack_rows
+from privasr.lm.neural.trie import PrefixTrie, checked_offsets, lex_order, pack_segments, target_pairs
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["NeuralLM", "UNBOUNDED_ORDER", "exact_inference"]
@@ -163,9 +170,11 @@ class NeuralLM(NeuralScorerBase):
         if log_bias is None:
             self.log_bias: np.ndarray | None = None
             self._bias_t: torch.Tensor | None = None
+            self._bias_t64: torch.Tensor | None = None
             return
         self.log_bias = checked_log_bias(log_bias, len(self.vocab))
         self._bias_t = torch.tensor(self.log_bias, dtype=torch.float32, device=self.device)
+        self._bias_t64 = torch.tensor(self.log_bias, dtype=torch.float64, device=self.device)
 
     # -- protocol (order, in, len, score and with_bias: NeuralScorerBase) --------------------------------------
     def __repr__(self) -> str:
@@ -177,25 +186,65 @@ class NeuralLM(NeuralScorerBase):
                     eos: bool = True) -> list[SentenceScore]:
         """Score many sentences, each distinct prefix computed once (see the module docstring).
 
-        ``bos`` must be true: a neural LM's history always starts at ``<s>``.
+        ``bos`` must be true: a neural LM's history always starts at ``<s>``. The same scores as
+        :meth:`score_ids` on the encoded sentences, as one :class:`~privasr.lm.base.SentenceScore` per sentence;
+        a word is OOV when it is not in the vocabulary (the word ``<unk>`` itself is not).
         """
-        sents, ids = self._prepare(sentences, bos)
-        out: list[SentenceScore | None] = [None] * len(sents)
+        sents = checked_sentences(sentences, bos)
+        ids, off = self.vocab.encode_flat(sents)
+        flat = self._score_flat(ids, off, eos)
+        n_tgt = np.diff(off) + (1 if eos else 0)
+        toff = np.zeros(len(sents) + 1, dtype=np.int64)
+        np.cumsum(n_tgt, out=toff[1:])
+        oov = np.zeros(len(flat), dtype=bool)
+        unk = np.flatnonzero(ids == self.vocab.unk_id)
+        if unk.size:  # a word mapped to <unk> is OOV unless it is the word <unk>
+            words = list(itertools.chain.from_iterable(sents))
+            unk = unk[np.fromiter((words[k] != UNK for k in unk), dtype=bool, count=len(unk))]
+            oov[unk + (np.searchsorted(off, unk, "right") - 1 if eos else 0)] = True
+            if self._unk_log10:
+                flat[oov] -= self._unk_log10
+        flat.setflags(write=False)
+        oov.setflags(write=False)
         eos_t = (EOS,) if eos else ()
-        # sentences sorted by their ids, so that groups keep shared prefixes together
-        order = sorted(range(len(ids)), key=ids.__getitem__)
-        group: list[int] = []
-        size = 0
-        for k, i in enumerate(order):
-            group.append(i)
-            size += len(ids[i]) + 1
-            if size >= self.group_tokens or k == len(order) - 1:
-                lps = self._score_group([ids[j] for j in group], eos)
-                for j, lp in zip(group, lps, strict=True):
-                    oov = self._oov(sents[j], eos)
-                    out[j] = SentenceScore(sents[j] + eos_t, self._spread(lp, oov), oov)
-                group, size = [], 0
-        return out  # type: ignore[return-value]
+        bounds = toff.tolist()
+        return [SentenceScore._trusted(s + eos_t, flat[lo:hi], oov[lo:hi])
+                for s, lo, hi in zip(sents, bounds, bounds[1:], strict=False)]
+
+    def score_ids(self, ids: Any, offsets: Any, *, eos: bool = True) -> np.ndarray:
+        """Score sentences given as word ids: sentence ``i`` is ``ids[offsets[i]:offsets[i+1]]`` (as
+        :meth:`~privasr.lm.neural.vocab.Vocabulary.encode_flat` gives them); ``<s>`` is always the history's start.
+
+        Returns the log10 probability of every target, float64: sentence ``i``'s words, then ``</s>`` when ``eos``,
+        one after the other in sentence order (``offsets[i+1] - offsets[i] + eos`` values each). The array form
+        of :meth:`score_batch`, without a Python object per sentence or word: what a caller scoring large batches
+        (and the GPU, which the host otherwise keeps waiting) wants. Every ``<unk>`` id is taken to stand for an
+        OOV word: with ``spread_unk`` its share is taken off.
+
+        >>> import torch
+        >>> from privasr.lm.neural.models import NeuralLMConfig, build_model
+        >>> v = Vocabulary.build([["a", "b", "c"]])
+        >>> _ = torch.manual_seed(0)
+        >>> lm = NeuralLM(build_model(NeuralLMConfig.preset("tiny-transformer"), v), v)
+        >>> ids, off = v.encode_flat([["a", "b"], ["c"]])
+        >>> lp = lm.score_ids(ids, off)
+        >>> lp.shape, bool(abs(lp[:3].sum() - lm.score(["a", "b"]).total()) < 1e-6)
+        ((5,), True)
+        """
+        if not isinstance(eos, bool):
+            raise ConfigError(f"eos={eos!r}", expected="true or false")
+        try:
+            t, off = checked_offsets(ids, offsets)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"ids and offsets: {e}", expected="int vectors, offsets from 0 to len(ids)") from None
+        if len(t) and (int(t.min()) < 0 or int(t.max()) >= len(self.vocab)):
+            raise InputError(f"ids hold {int(t.min())} .. {int(t.max())}",
+                             expected=f"word ids of this vocabulary, 0 .. {len(self.vocab) - 1}")
+        flat = self._score_flat(t, off, eos)
+        if self._unk_log10:
+            unk = np.flatnonzero(t == self.vocab.unk_id)
+            flat[unk + (np.searchsorted(off, unk, "right") - 1 if eos else 0)] -= self._unk_log10
+        return flat
 
     # -- reference ----------------------------------------------------------------------------------------------
     def score_naive(self, sentences: Sequence[Sequence[str]], *, bos: bool = True,
@@ -235,12 +284,10 @@ class NeuralLM(NeuralScorerBase):
         v = len(self.vocab)
         result = np.empty((len(ids), v), dtype=np.float64)
         step = max(1, self.group_tokens // 4)
-        empty = np.zeros(0, dtype=np.int64)
         for lo in range(0, len(ids), step):
             trie = PrefixTrie.build(ids[lo:lo + step], root_token=self.vocab.bos_id)
             nodes, inverse = np.unique(trie.ends, return_inverse=True)
-            rows = self._evaluate(trie, empty, empty, nodes)[2]
-            result[lo:lo + len(inverse)] = rows[inverse.ravel()]
+            result[lo:lo + len(inverse)] = self._rows(trie, nodes)[inverse.ravel()]
         if self.log_bias is not None and not self.renormalize:
             result += self.log_bias
         result /= LN10
@@ -253,33 +300,55 @@ class NeuralLM(NeuralScorerBase):
         encode = self.vocab.encode
         return sents, [tuple(encode(s)) for s in sents]
 
-    def _score_group(self, ids: list[tuple[int, ...]], eos: bool) -> list[np.ndarray]:
-        """log10 scores of each sentence's targets (its words, then ``</s>`` if ``eos``)."""
-        n_tok = [len(x) + (1 if eos else 0) for x in ids]
-        live = [i for i, n in enumerate(n_tok) if n]
-        out = [np.zeros(0) for _ in ids]
-        if not live:
-            return out
-        # the contexts: every prefix of the sentence (with eos) or all but the full sentence (without)
-        contexts = [ids[i] if eos else ids[i][:-1] for i in live]
-        trie = PrefixTrie.build(contexts, root_token=self.vocab.bos_id)
-        flat_nodes, _ = trie.paths()
-        eos_id = self.vocab.eos_id
-        targets = np.fromiter((t for i in live for t in (ids[i] + (eos_id,) if eos else ids[i])),
-                              dtype=np.int64, count=len(flat_nodes))
-        v = len(self.vocab)
-        keys, inverse = np.unique(flat_nodes * v + targets, return_inverse=True)
-        pair_node, pair_tgt = np.divmod(keys, v)
-        pair_logit, node_lse, _ = self._evaluate(trie, pair_node, pair_tgt)
-        ln = pair_logit - node_lse[pair_node]
-        if self.log_bias is not None and not self.renormalize:
-            ln = ln + self.log_bias[pair_tgt]
-        flat = ln[inverse.ravel()] / LN10
-        lo = 0
-        for i in live:
-            out[i] = flat[lo:lo + n_tok[i]]
-            lo += n_tok[i]
+    def _score_flat(self, ids: np.ndarray, off: np.ndarray, eos: bool) -> np.ndarray:
+        """log10 scores of every target (each sentence's words, then ``</s>`` if ``eos``; no ``<unk>`` share
+        taken off), scored in groups of about ``group_tokens`` targets of lexicographically sorted sentences, so
+        that groups keep shared prefixes together."""
+        lens = np.diff(off)
+        n_tgt = lens + (1 if eos else 0)
+        toff = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(n_tgt, out=toff[1:])
+        if int(toff[-1]) <= self.group_tokens:
+            return self._score_group(ids, off, eos).cpu().numpy()
+        # groups go to the device one after the other and come back together at the end: the host builds the
+        # next group's trie while the device runs the last one
+        order = lex_order(ids, off)
+        cum = np.cumsum(n_tgt[order])
+        parts: list[torch.Tensor] = []
+        where: list[np.ndarray] = []
+        start = 0
+        while start < len(order):
+            base = int(cum[start - 1]) if start else 0
+            stop = min(len(order), int(np.searchsorted(cum, base + self.group_tokens, "left")) + 1)
+            seqs = order[start:stop]
+            g_ids, g_off = _gather(ids, off, seqs)
+            where.append(_gather(np.arange(int(toff[-1])), toff, seqs)[0])
+            parts.append(self._score_group(g_ids, g_off, eos))
+            start = stop
+        out = np.empty(int(toff[-1]), dtype=np.float64)
+        out[np.concatenate(where)] = torch.cat(parts).cpu().numpy()
         return out
+
+    def _score_group(self, ids: np.ndarray, off: np.ndarray, eos: bool) -> torch.Tensor:
+        """:meth:`_score_flat` of one group (one trie, one pass of the network), float64 on the device."""
+        lens = np.diff(off)
+        if eos:  # contexts: every prefix of the sentence; the last target is </s>
+            ctx, ctx_off = ids, off
+            live = np.arange(len(lens))
+            final = np.full(len(lens), self.vocab.eos_id, dtype=np.int64)
+        else:  # contexts: all but the whole sentence; the last target is the last word
+            live = np.flatnonzero(lens > 0)
+            keep = np.ones(len(ids), dtype=bool)
+            keep[off[1:][lens > 0] - 1] = False
+            ctx = ids[keep]
+            ctx_off = np.zeros(len(live) + 1, dtype=np.int64)
+            np.cumsum(lens[live] - 1, out=ctx_off[1:])
+            final = ids[off[1:][lens > 0] - 1]
+        if not len(live):
+            return torch.zeros(0, dtype=torch.float64, device=self.device)
+        trie = PrefixTrie.from_flat(ctx, ctx_off, root_token=self.vocab.bos_id)
+        pnode, ptarget, tokpair = target_pairs(trie, final)
+        return self._evaluate(trie, pnode, ptarget, tokpair) / LN10
 
     def _hidden(self, ids: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, Any]:
         """The model's forward pass up to (not including) its output layer."""
@@ -297,7 +366,7 @@ class NeuralLM(NeuralScorerBase):
         if self._max_pos is not None and deepest >= self._max_pos:
             raise InputError(f"a sentence of {deepest} words is longer than the model's {self._max_pos} positions")
         row_len = max(min(self.row_len, self.batch_tokens), deepest + 1)
-        packed = pack_rows(trie, trie.segments(row_len), row_len)
+        packed = pack_segments(trie, *trie.segment_arrays(row_len), row_len)
         per_chunk = max(1, self.batch_tokens // row_len)
         tokens = trie.token
         fill = (packed.nodes >= 0).sum(axis=1)
@@ -336,73 +405,86 @@ class NeuralLM(NeuralScorerBase):
                 yield nodes, y[:n, 0]
             prev = (torch.cat(hs, dim=1), torch.cat(cs, dim=1)) if len(hs) > 1 else (hs[0], cs[0])
 
-    def _evaluate(self, trie: PrefixTrie, pair_node: np.ndarray, pair_tgt: np.ndarray,
-                  rows_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Run the network over ``trie``. Return the logits (bias included when renormalising) of each
-        ``(pair_node, pair_tgt)`` pair (``pair_node`` sorted), each node's log-sum-exp, and the full natural-log
-        rows ``[len(rows_of), V]`` of the nodes ``rows_of`` (sorted, distinct; float64)."""
+    def _states(self, trie: PrefixTrie) -> torch.Tensor:
+        """The hidden state of every trie node, ``[len(trie), H]`` on the device, in node order."""
+        states: torch.Tensor | None = None
+        for nodes, h in self._node_states(trie):
+            if states is None:
+                states = h.new_empty((len(trie), h.shape[-1]))
+            states.index_copy_(0, _to_device(nodes, self.device), h)
+        assert states is not None
+        return states
+
+    def _evaluate(self, trie: PrefixTrie, pnode: np.ndarray, ptarget: np.ndarray,
+                  tokpair: np.ndarray) -> torch.Tensor:
+        """Run the network over ``trie``; return the natural-log probability (biased as configured) of every
+        target, ``pnode[tokpair]`` being its context node and ``ptarget[tokpair]`` the target (pairs grouped by
+        node, :func:`~privasr.lm.neural.trie.target_pairs`), float64 on the device.
+
+        All of it happens on the device: the output projection over blocks of the nodes that have pairs, a
+        log-sum-exp per node, each pair's logit, the differences in float64 and their spread over the targets;
+        nothing comes back until the caller asks, and the host never waits for the device in between."""
+        out = self.model.output
+        dev = self.device
+        # a class softmax's target_logprob is normalised: no log-sum-exp needed unless a bias is renormalised
+        targets_only = isinstance(out, ClassSoftmax) and not (self.renormalize and self._bias_t is not None)
+        # the nodes with pairs, and each pair's row among them (pairs are grouped by node, nodes increasing)
+        first = np.ones(len(pnode), dtype=bool)
+        first[1:] = pnode[1:] != pnode[:-1]
+        need = pnode[first]
+        prank = np.cumsum(first) - 1
+        step = self.out_rows
+        bounds = np.searchsorted(prank, np.arange(0, len(need) + step, step)).tolist()
+        every = len(need) == len(trie)  # then need is 0 .. len(trie) - 1
+        prank_t, ptarget_t = _to_device(prank, dev), _to_device(ptarget, dev)
+        need_t = None if every else _to_device(need, dev)
+        with exact_inference(dev):
+            states = self._states(trie)
+            logits_of = self._logits_fn()
+            pair_val = torch.empty(len(pnode), dtype=torch.float32, device=dev)
+            lse_all = torch.zeros(len(need), dtype=torch.float32, device=dev)
+            for k, r0 in enumerate(range(0, len(need), step)):
+                r1 = min(len(need), r0 + step)
+                h = states[r0:r1] if need_t is None else states.index_select(0, need_t[r0:r1])
+                p0, p1 = bounds[k], bounds[k + 1]
+                rows = prank_t[p0:p1] - r0
+                if targets_only:
+                    pair_val[p0:p1] = out.target_logprob(h.index_select(0, rows), ptarget_t[p0:p1])
+                    continue
+                logits = logits_of(h)
+                lse_all[r0:r1] = _logsumexp(logits)
+                pair_val[p0:p1] = logits[rows, ptarget_t[p0:p1]]
+            ln = pair_val.double() - lse_all.double().index_select(0, prank_t)
+            if self.log_bias is not None and not self.renormalize:
+                ln += self._bias_t64.index_select(0, ptarget_t)
+            return ln.index_select(0, _to_device(tokpair, dev))
+
+    def _logits_fn(self) -> Any:
+        """A function from hidden states to the output logits, a renormalised bias included (for a class
+        softmax: its full log-probability rows, which stand in for the logits)."""
         out = self.model.output
         renorm_bias = self._bias_t if self.renormalize else None
-        classy = isinstance(out, ClassSoftmax)
-        if classy:
-            # the class softmax: only the targets' log-probabilities unless full rows or a renormalised bias
-            # are needed, in which case the full (normalised) log-probability rows stand in for the logits
-            targets_only = renorm_bias is None and rows_of is None
-        else:
-            weight_t = out.weight.t()
-            bvec = out.bias if out.bias is not None else torch.zeros(out.out_features, device=self.device)
-            if renorm_bias is not None:
-                bvec = bvec + renorm_bias
-        pair_logit = np.empty(len(pair_node), dtype=np.float64)
-        node_lse = np.full(len(trie), np.nan, dtype=np.float64)
-        want = np.full(len(trie), -1, dtype=np.int64)
-        if rows_of is not None:
-            want[rows_of] = np.arange(len(rows_of))
-        full = np.empty((0 if rows_of is None else len(rows_of), out.out_features), dtype=np.float64)
-        dev = self.device
-        # results stay on the device until the end (one copy back, no wait for the GPU per block)
-        lse_nodes: list[np.ndarray] = []
-        lse_vals: list[torch.Tensor] = []
-        pair_idx: list[np.ndarray] = []
-        pair_vals: list[torch.Tensor] = []
-        with exact_inference(dev):
-            for nodes, h in self._node_states(trie):
-                if classy and targets_only:
-                    node_lse[nodes] = 0.0  # target_logprob is normalised
-                    rows, idx = _pairs_of(pair_node, nodes)
-                    if len(idx):
-                        pair_idx.append(idx)
-                        pair_vals.append(out.target_logprob(h.index_select(0, _to_device(rows, dev)),
-                                                            _to_device(pair_tgt[idx], dev)))
-                    continue
-                for b0 in range(0, len(nodes), self.out_rows):
-                    blk = nodes[b0:b0 + self.out_rows]
-                    if classy:
-                        logits = out(h[b0:b0 + self.out_rows])
-                        if renorm_bias is not None:
-                            logits = logits + renorm_bias
-                    else:
-                        logits = torch.addmm(bvec, h[b0:b0 + self.out_rows], weight_t)
-                    lse = _logsumexp(logits)
-                    lse_nodes.append(blk)
-                    lse_vals.append(lse)
-                    if len(pair_node):
-                        rows, idx = _pairs_of(pair_node, blk)
-                        if len(idx):
-                            pair_idx.append(idx)
-                            pair_vals.append(logits[_to_device(rows, dev), _to_device(pair_tgt[idx], dev)])
-                    if rows_of is not None:
-                        dest = want[blk]
-                        keep = np.flatnonzero(dest >= 0)
-                        if keep.size:
-                            k = _to_device(keep, dev)
-                            sel = logits.index_select(0, k) - lse.index_select(0, k)[:, None]
-                            full[dest[keep]] = sel.double().cpu().numpy()
-            if lse_vals:
-                node_lse[np.concatenate(lse_nodes)] = torch.cat(lse_vals).double().cpu().numpy()
-            if pair_vals:
-                pair_logit[np.concatenate(pair_idx)] = torch.cat(pair_vals).double().cpu().numpy()
-        return pair_logit, node_lse, full
+        if isinstance(out, ClassSoftmax):
+            return out if renorm_bias is None else (lambda h: out(h) + renorm_bias)
+        bvec = out.bias if out.bias is not None else torch.zeros(out.out_features, device=self.device)
+        if renorm_bias is not None:
+            bvec = bvec + renorm_bias
+        weight_t = out.weight.t()
+        return lambda h: torch.addmm(bvec, h, weight_t)
+
+    def _rows(self, trie: PrefixTrie, nodes: np.ndarray) -> np.ndarray:
+        """The full natural-log rows (renormalised bias included) of ``nodes`` (sorted, distinct): float64
+        ``[len(nodes), V]``."""
+        full = np.empty((len(nodes), len(self.vocab)), dtype=np.float64)
+        nodes_t = _to_device(nodes, self.device)
+        with exact_inference(self.device):
+            states = self._states(trie)
+            logits_of = self._logits_fn()
+            for r0 in range(0, len(nodes), self.out_rows):
+                h = states.index_select(0, nodes_t[r0:r0 + self.out_rows])
+                logits = logits_of(h)
+                full[r0:r0 + len(h)] = (logits - _logsumexp(logits)[:, None]).double().cpu().numpy()
+        return full
 
 
 def exact_inference(device: str | torch.device) -> contextlib.ExitStack:
@@ -425,26 +507,24 @@ def exact_inference(device: str | torch.device) -> contextlib.ExitStack:
 def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
     """A numpy array on ``device``; to CUDA through pinned memory, without waiting for the GPU (a copy from
     ordinary memory would wait for every kernel queued before it)."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
+    t = torch.from_numpy(a if a.flags.writeable else a.copy())  # torch refuses to alias read-only memory
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t
 
 
-def _pairs_of(pair_node: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of ``nodes``: for each, its node's row in ``nodes`` and its index in ``pair_node`` (sorted).
+def _gather(values: np.ndarray, off: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces ``values[off[i]:off[i+1]]`` of the sequences ``seqs``, concatenated, and their offsets.
 
-    >>> _pairs_of(np.array([0, 0, 2, 5]), np.array([2, 0, 3]))
-    (array([0, 1, 1]), array([2, 0, 1]))
+    >>> [a.tolist() for a in _gather(np.arange(5), np.array([0, 2, 2, 5]), np.array([2, 0]))]
+    [[2, 3, 4, 0, 1], [0, 3, 5]]
     """
-    if not len(pair_node):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    start = np.searchsorted(pair_node, nodes, "left")
-    cnt = np.searchsorted(pair_node, nodes, "right") - start
-    tot = int(cnt.sum())
-    rows = np.repeat(np.arange(len(nodes)), cnt)
-    idx = np.repeat(start - (np.cumsum(cnt) - cnt), cnt) + np.arange(tot)
-    return rows, idx
+    lens = off[1:][seqs] - off[:-1][seqs]
+    g_off = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=g_off[1:])
+    idx = np.repeat(off[:-1][seqs] - g_off[:-1], lens) + np.arange(int(g_off[-1]))
+    return values[idx], g_off
 
 
 def _logsumexp(logits: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,11 @@ Nodes are numbered in depth-first preorder (children in increasing token order),
 ``n`` is the contiguous range ``n .. n + size[n] - 1``; :meth:`PrefixTrie.levels` groups nodes by depth
 for recurrent models, and :meth:`PrefixTrie.segments` cuts the trie into ancestor-closed pieces of bounded
 length that :func:`pack_rows` packs into rows for a Transformer with a tree attention mask
-(:meth:`PackedRows.attention`).
+(:meth:`PackedRows.attention`). :func:`target_pairs` lists the distinct (context node, target) pairs that scoring
+a set of sequences needs, grouped by node.
+
+The loops run in the compiled :mod:`privasr.lm.neural._trie` where it is built (:func:`compiled_trie`); the
+Python and numpy code here is the fallback and the reference the tests hold it to, array for array.
 
 >>> t = PrefixTrie.build([[5, 6], [5, 7], [5, 6], []])
 >>> len(t), t.parent.tolist(), t.token.tolist(), t.depth.tolist()
@@ -24,17 +28,54 @@ length that :func:`pack_rows` packs into rows for a Transformer with a tree atte
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PrefixTrie", "PackedRows", "pack_rows", "best_fit"]
+try:
+    from privasr.lm.neural import _trie as _compiled
+except ImportError:  # pragma: no cover - built by every install that has a C compiler
+    _compiled = None
+
+__all__ = ["PrefixTrie", "PackedRows", "pack_rows", "pack_segments", "best_fit", "target_pairs", "lex_order",
+           "checked_offsets", "compiled_trie"]
+
+
+def compiled_trie() -> bool:
+    """Whether the compiled trie loops (:mod:`privasr.lm.neural._trie`) are built in this install."""
+    return _compiled is not None
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
+
+
+def _flat(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+    off = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    tokens = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(off[-1]))
+    return tokens, off
+
+
+def checked_offsets(tokens: Any, offsets: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``tokens`` and ``offsets`` as int64 vectors, sequence ``i`` being ``tokens[offsets[i]:offsets[i+1]]``; a
+    :class:`ValueError` unless ``offsets`` starts at 0, never decreases and ends at ``len(tokens)``.
+
+    >>> [a.tolist() for a in checked_offsets([4, 5, 6], [0, 2, 2, 3])]
+    [[4, 5, 6], [0, 2, 2, 3]]
+    """
+    t = np.ascontiguousarray(tokens, dtype=np.int64)
+    o = np.ascontiguousarray(offsets, dtype=np.int64)
+    if t.ndim != 1 or o.ndim != 1 or not len(o):
+        raise ValueError("tokens and offsets must be vectors, offsets with at least one entry")
+    if o[0] != 0 or o[-1] != len(t) or (np.diff(o) < 0).any():
+        raise ValueError(f"offsets must start at 0, never decrease and end at len(tokens) = {len(t)}")
+    return t, o
 
 
 @dataclass(frozen=True)
@@ -56,6 +97,7 @@ class PrefixTrie:
     size: np.ndarray = field(repr=False)
     ends: np.ndarray = field(repr=False)
     lengths: np.ndarray = field(repr=False)
+    _paths: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, sequences: Sequence[Sequence[int]], *, root_token: int = -1) -> PrefixTrie:
@@ -68,6 +110,36 @@ class PrefixTrie:
         >>> t.token.tolist(), t.size.tolist(), t.ends.tolist()
         ([0, 1, 2, 3, 4], [5, 3, 2, 1, 1], [3, 2, 4])
         """
+        if _compiled is not None:
+            return cls.from_flat(*_flat(sequences), root_token=root_token)
+        return cls._build_py(sequences, root_token=root_token)
+
+    @classmethod
+    def from_flat(cls, tokens: Any, offsets: Any, *, root_token: int = -1) -> PrefixTrie:
+        """The same trie as :meth:`build`, of sequences given as one flat token vector and offsets (sequence
+        ``i`` is ``tokens[offsets[i]:offsets[i+1]]``): no Python object per token. Its :meth:`paths` come with it.
+
+        >>> t = PrefixTrie.from_flat([1, 2, 3, 1, 2, 4], [0, 3, 5, 6], root_token=0)
+        >>> t.token.tolist(), t.ends.tolist(), t.paths()[0].tolist()
+        ([0, 1, 2, 3, 4], [3, 2, 4], [0, 1, 2, 3, 0, 1, 2, 0, 4])
+        """
+        t, off = checked_offsets(tokens, offsets)
+        if _compiled is None:
+            trie = cls._build_py([tuple(t[a:b].tolist()) for a, b in zip(off[:-1], off[1:], strict=True)],
+                                 root_token=root_token)
+            return trie
+        n_tok, n_seq = len(t), len(off) - 1
+        parent, token, depth, size = (np.empty(n_tok + 1, dtype=np.int64) for _ in range(4))
+        ends = np.empty(n_seq, dtype=np.int64)
+        paths = np.empty(n_tok + n_seq, dtype=np.int64)
+        n = _compiled.build(t, off, int(root_token), parent, token, depth, size, ends, paths)
+        trie = cls(_ro(parent[:n]), _ro(token[:n]), _ro(depth[:n]), _ro(size[:n]), _ro(ends), _ro(np.diff(off)))
+        path_off = off + np.arange(n_seq + 1)
+        object.__setattr__(trie, "_paths", (_ro(paths), _ro(path_off)))
+        return trie
+
+    @classmethod
+    def _build_py(cls, sequences: Sequence[Sequence[int]], *, root_token: int) -> PrefixTrie:
         keys = [s if isinstance(s, tuple) else tuple(int(x) for x in s) for s in sequences]
         parent, token, depth = [-1], [root_token], [0]
         end_of: dict[tuple[int, ...], int] = {}
@@ -124,6 +196,8 @@ class PrefixTrie:
         >>> flat.tolist(), off.tolist()
         ([0, 1, 2, 0, 1, 0], [0, 3, 5, 6])
         """
+        if self._paths is not None:
+            return self._paths
         span = self.lengths + 1
         off = np.zeros(len(span) + 1, dtype=np.int64)
         np.cumsum(span, out=off[1:])
@@ -189,11 +263,30 @@ class PrefixTrie:
         >>> [s.tolist() for s in t.segments(4)]
         [[0, 6], [0, 1, 5], [0, 1, 2, 3], [0, 1, 2, 4]]
         """
+        flat, off = self.segment_arrays(max_len)
+        return np.split(flat, off[1:-1])
+
+    def segment_arrays(self, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`segments` as one flat node vector and offsets: segment ``k`` is ``flat[off[k]:off[k+1]]``.
+
+        >>> flat, off = PrefixTrie.build([[1, 2, 3], [1, 2, 4], [1, 5], [6]]).segment_arrays(4)
+        >>> flat.tolist(), off.tolist()
+        ([0, 6, 0, 1, 5, 0, 1, 2, 3, 0, 1, 2, 4], [0, 2, 5, 9, 13])
+        """
         if len(self) and int(self.depth.max()) + 1 > max_len:
             raise ValueError(f"a path of {int(self.depth.max()) + 1} nodes does not fit segments of {max_len}")
+        if int(self.size[0]) <= max_len:
+            return np.arange(len(self), dtype=np.int64), np.array([0, len(self)], dtype=np.int64)
+        if _compiled is not None:
+            fb, ob = _compiled.segments(self.parent, self.size, self.depth, int(max_len))
+            return np.frombuffer(fb, dtype=np.int64), np.frombuffer(ob, dtype=np.int64)
+        segs = self._segments_py(max_len)
+        off = np.zeros(len(segs) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in segs], out=off[1:])
+        return np.concatenate(segs), off
+
+    def _segments_py(self, max_len: int) -> list[np.ndarray]:
         size = self.size
-        if int(size[0]) <= max_len:
-            return [np.arange(len(self), dtype=np.int64)]
         out: list[np.ndarray] = []
         todo: list[tuple[int, list[int]]] = [(0, [0])]  # (node to split, path from the root to it)
         while todo:
@@ -237,6 +330,57 @@ def best_fit(sizes: Sequence[int], capacity: int) -> list[list[int]]:
     return bins
 
 
+def lex_order(tokens: Any, offsets: Any) -> np.ndarray:
+    """Indices of the sequences ``tokens[offsets[i]:offsets[i+1]]`` in lexicographic order (a prefix first;
+    equal sequences in input order).
+
+    >>> lex_order([3, 1, 2, 1], [0, 1, 3, 4]).tolist()
+    [2, 1, 0]
+    """
+    t, off = checked_offsets(tokens, offsets)
+    if _compiled is not None:
+        out = np.empty(len(off) - 1, dtype=np.int64)
+        _compiled.lex_order(t, off, out)
+        return out
+    keys = [t[a:b].tolist() for a, b in zip(off[:-1], off[1:], strict=True)]
+    return np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=np.int64)
+
+
+def target_pairs(trie: PrefixTrie, final: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (context node, target) pairs of scoring the trie's sequences.
+
+    Sequence ``i``'s targets are its tokens, then ``final[i]`` (e.g. ``</s>``); the context of its ``j``-th target
+    is its prefix of length ``j``, the node ``trie.paths()`` lists there. Returns ``pnode`` and ``ptarget`` (the
+    pairs, grouped by node in increasing node order) and ``tokpair`` (each target's pair, laid out like
+    :meth:`PrefixTrie.paths`). Targets must be non-negative.
+
+    >>> t = PrefixTrie.build([[5, 6], [5]])
+    >>> pnode, ptarget, tokpair = target_pairs(t, [2, 6])
+    >>> [(int(n), int(g)) for n, g in zip(pnode, ptarget)], tokpair.tolist()
+    ([(0, 5), (1, 6), (2, 2)], [0, 1, 2, 0, 1])
+    """
+    paths, poff = trie.paths()
+    fin = np.ascontiguousarray(final, dtype=np.int64)
+    if fin.shape != (len(trie.ends),):
+        raise ValueError(f"final needs one target per sequence ({len(trie.ends)}), not shape {fin.shape}")
+    if (len(fin) and int(fin.min()) < 0) or (len(trie) > 1 and int(trie.token[1:].min()) < 0):
+        raise ValueError("targets must be non-negative")
+    if _compiled is not None:
+        off = poff - np.arange(len(poff))
+        cap = len(trie) + len(fin)
+        pnode, ptarget = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+        tokpair = np.empty(len(paths), dtype=np.int64)
+        n = _compiled.pairs(trie.size, trie.token, paths, off, fin, pnode, ptarget, tokpair)
+        return pnode[:n], ptarget[:n], tokpair
+    nxt = paths[np.minimum(np.arange(1, len(paths) + 1), len(paths) - 1)]
+    targets = trie.token[nxt]
+    targets[poff[1:] - 1] = fin
+    width = int(targets.max(initial=0)) + 1
+    keys, inverse = np.unique(paths * width + targets, return_inverse=True)
+    pnode, ptarget = np.divmod(keys, width)
+    return pnode, ptarget, inverse.ravel()
+
+
 def pack_rows(trie: PrefixTrie, segments: Sequence[np.ndarray], row_len: int) -> PackedRows:
     """Pack segments into rows of at most ``row_len`` positions (:func:`best_fit` bin packing).
 
@@ -250,8 +394,32 @@ def pack_rows(trie: PrefixTrie, segments: Sequence[np.ndarray], row_len: int) ->
     >>> p.own.astype(int).tolist()
     [[1, 1, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0]]
     """
-    if any(len(seg) > row_len for seg in segments):
-        raise ValueError(f"a segment of {max(map(len, segments))} nodes does not fit rows of {row_len}")
+    off = np.zeros(len(segments) + 1, dtype=np.int64)
+    np.cumsum([len(seg) for seg in segments], out=off[1:])
+    flat = np.concatenate(segments).astype(np.int64, copy=False) if len(segments) else np.zeros(0, dtype=np.int64)
+    return pack_segments(trie, flat, off, row_len)
+
+
+def pack_segments(trie: PrefixTrie, flat: np.ndarray, offsets: np.ndarray, row_len: int) -> PackedRows:
+    """:func:`pack_rows` of segments given as one flat node vector and offsets (:meth:`PrefixTrie.segment_arrays`).
+
+    >>> t = PrefixTrie.build([[1, 2], [1, 3], [4]])
+    >>> pack_segments(t, *t.segment_arrays(3), 6).nodes.tolist()
+    [[0, 1, 2, 0, 1, 3], [0, 4, -1, -1, -1, -1]]
+    """
+    flat = np.ascontiguousarray(flat, dtype=np.int64)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    lens = np.diff(offsets)
+    if len(lens) and int(lens.max()) > row_len:
+        raise ValueError(f"a segment of {int(lens.max())} nodes does not fit rows of {row_len}")
+    if _compiled is not None:
+        rows, nb, pb, ob, qb = _compiled.pack(trie.parent, trie.depth, flat, offsets, int(row_len))
+        shape = (rows, row_len)
+        return PackedRows(np.frombuffer(nb, dtype=np.int64).reshape(shape),
+                          np.frombuffer(pb, dtype=np.int64).reshape(shape),
+                          np.frombuffer(ob, dtype=bool).reshape(shape),
+                          np.frombuffer(qb, dtype=np.int64).reshape(shape))
+    segments = [flat[offsets[k]:offsets[k + 1]] for k in range(len(lens))]
     rows = [[segments[i] for i in sorted(b)] for b in best_fit([len(seg) for seg in segments], row_len)]
     nodes = np.full((len(rows), row_len), -1, dtype=np.int64)
     parent_pos = np.full((len(rows), row_len), -1, dtype=np.int64)
@@ -265,7 +433,7 @@ def pack_rows(trie: PrefixTrie, segments: Sequence[np.ndarray], row_len: int) ->
             par = trie.parent[seg]
             pp = where[np.maximum(par, 0)]
             pp[par < 0] = -1
-            if ((pp < 0) != (par < 0)).any() or (pp >= o + n).any():
+            if ((pp < 0) != (par < 0)).any() or (pp >= np.arange(o, o + n)).any():
                 raise ValueError("a segment is not closed under ancestors (or lists a child before its parent)")
             parent_pos[r, o:o + n] = pp
             where[seg] = -1
@@ -308,6 +476,10 @@ class PackedRows:
         """
         pp = self.parent_pos if rows is None else self.parent_pos[rows]
         r, length = pp.shape
+        if _compiled is not None:
+            mask = np.empty((r, length, length), dtype=bool)
+            _compiled.attention(np.ascontiguousarray(pp), length, mask)
+            return mask
         mask = np.zeros((r, length, length), dtype=bool)
         ri, ii = np.divmod(np.arange(r * length), length)
         mask[ri, ii, ii] = True

@@ -31,11 +31,14 @@ words and ``unk_types`` are equal whatever their counts.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from privasr.errors import InputError
 from privasr.lm.base import BOS, EOS, UNK
@@ -134,6 +137,20 @@ class Vocabulary:
         """The ids of ``words`` (unknown words as ``<unk>``); no ``<s>``/``</s>`` are added."""
         get = self._ids.get
         return [get(w, 0) for w in words]
+
+    def encode_flat(self, sentences: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of many sentences as one int64 vector and offsets: sentence ``i`` is ``ids[off[i]:off[i+1]]``
+        (the array form :meth:`~privasr.lm.neural.scorer.NeuralLM.score_ids` takes).
+
+        >>> ids, off = Vocabulary.build([["a", "b"]]).encode_flat([["b", "zz"], [], ["a"]])
+        >>> ids.tolist(), off.tolist()
+        ([4, 0, 3], [0, 2, 2, 3])
+        """
+        off = np.zeros(len(sentences) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences)), out=off[1:])
+        words = itertools.chain.from_iterable(sentences)
+        ids = np.fromiter(map(self._ids.get, words, itertools.repeat(0)), dtype=np.int64, count=int(off[-1]))
+        return ids, off
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """The words of ``ids``.
