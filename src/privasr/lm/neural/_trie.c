@@ -25,7 +25,9 @@ typedef struct {
     int held;
 } buf_t;
 
-static int get_i64(PyObject *obj, buf_t *b, int writable, const char *name) {
+/* obj's buffer, C-contiguous, of items of itemsize bytes whose format is one of the characters in fmts */
+static int get_buf(PyObject *obj, buf_t *b, int writable, const char *name, Py_ssize_t itemsize, const char *fmts,
+                   const char *what) {
     b->held = 0;
     if (PyObject_GetBuffer(obj, &b->view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s buffer", name, writable ? " writable" : "");
@@ -33,26 +35,19 @@ static int get_i64(PyObject *obj, buf_t *b, int writable, const char *name) {
     }
     b->held = 1;
     const char *f = b->view.format;
-    if (b->view.itemsize != 8 || f == NULL || (f[0] != 'q' && f[0] != 'l') || f[1] != '\0') {
-        PyErr_Format(PyExc_TypeError, "%s must hold int64", name);
+    if (b->view.itemsize != itemsize || f == NULL || f[0] == '\0' || !strchr(fmts, f[0]) || f[1] != '\0') {
+        PyErr_Format(PyExc_TypeError, "%s must hold %s", name, what);
         return -1;
     }
     return 0;
 }
 
+static int get_i64(PyObject *obj, buf_t *b, int writable, const char *name) {
+    return get_buf(obj, b, writable, name, 8, "ql", "int64");
+}
+
 static int get_u8(PyObject *obj, buf_t *b, const char *name) {
-    b->held = 0;
-    if (PyObject_GetBuffer(obj, &b->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous writable buffer", name);
-        return -1;
-    }
-    b->held = 1;
-    const char *f = b->view.format;
-    if (b->view.itemsize != 1 || f == NULL || (f[0] != '?' && f[0] != 'B') || f[1] != '\0') {
-        PyErr_Format(PyExc_TypeError, "%s must hold bool or uint8", name);
-        return -1;
-    }
-    return 0;
+    return get_buf(obj, b, 1, name, 1, "?B", "bool or uint8");
 }
 
 static void release(buf_t *bufs, int n) {
@@ -525,13 +520,15 @@ static PyObject *attention(PyObject *self, PyObject *args) {
         }
     uint8_t *mask = (uint8_t *)b[1].view.buf;
     Py_BEGIN_ALLOW_THREADS
-    memset(mask, 0, (size_t)(total * length));
+    /* a position's row is its parent's row (complete: the parent comes first) plus itself */
     for (int64_t k = 0; k < total; k++) {
-        int64_t r = k / length, i = k % length;
-        uint8_t *row = mask + (r * length + i) * length;
-        const int64_t *prow = pp + r * length;
+        int64_t r = k / length, i = k % length, p = pp[k];
+        uint8_t *row = mask + k * length;
+        if (p >= 0)
+            memcpy(row, mask + (r * length + p) * length, (size_t)length);
+        else
+            memset(row, 0, (size_t)length);
         row[i] = 1;
-        for (int64_t j = prow[i]; j >= 0; j = prow[j]) row[j] = 1; /* parents come first: j strictly decreases */
     }
     Py_END_ALLOW_THREADS
     release(b, 2);

@@ -70,7 +70,6 @@ True
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -199,9 +198,10 @@ class NeuralLM(NeuralScorerBase):
         oov = np.zeros(len(flat), dtype=bool)
         unk = np.flatnonzero(ids == self.vocab.unk_id)
         if unk.size:  # a word mapped to <unk> is OOV unless it is the word <unk>
-            words = list(itertools.chain.from_iterable(sents))
-            unk = unk[np.fromiter((words[k] != UNK for k in unk), dtype=bool, count=len(unk))]
-            oov[unk + (np.searchsorted(off, unk, "right") - 1 if eos else 0)] = True
+            sent = np.searchsorted(off, unk, "right") - 1
+            word = (sents[i][k - off[i]] for i, k in zip(sent.tolist(), unk.tolist(), strict=True))
+            is_oov = np.fromiter((w != UNK for w in word), dtype=bool, count=len(unk))
+            oov[(unk + sent if eos else unk)[is_oov]] = True
             if self._unk_log10:
                 flat[oov] -= self._unk_log10
         flat.setflags(write=False)
@@ -321,9 +321,9 @@ class NeuralLM(NeuralScorerBase):
             base = int(cum[start - 1]) if start else 0
             stop = min(len(order), int(np.searchsorted(cum, base + self.group_tokens, "left")) + 1)
             seqs = order[start:stop]
-            g_ids, g_off = _gather(ids, off, seqs)
-            where.append(_gather(np.arange(int(toff[-1])), toff, seqs)[0])
-            parts.append(self._score_group(g_ids, g_off, eos))
+            idx, g_off = _spans(off, seqs)
+            where.append(_spans(toff, seqs)[0])
+            parts.append(self._score_group(ids[idx], g_off, eos))
             start = stop
         out = np.empty(int(toff[-1]), dtype=np.float64)
         out[np.concatenate(where)] = torch.cat(parts).cpu().numpy()
@@ -347,8 +347,7 @@ class NeuralLM(NeuralScorerBase):
         if not len(live):
             return torch.zeros(0, dtype=torch.float64, device=self.device)
         trie = PrefixTrie.from_flat(ctx, ctx_off, root_token=self.vocab.bos_id)
-        pnode, ptarget, tokpair = target_pairs(trie, final)
-        return self._evaluate(trie, pnode, ptarget, tokpair) / LN10
+        return self._evaluate(trie, final) / LN10
 
     def _hidden(self, ids: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, Any]:
         """The model's forward pass up to (not including) its output layer."""
@@ -415,17 +414,20 @@ class NeuralLM(NeuralScorerBase):
         assert states is not None
         return states
 
-    def _evaluate(self, trie: PrefixTrie, pnode: np.ndarray, ptarget: np.ndarray,
-                  tokpair: np.ndarray) -> torch.Tensor:
+    def _evaluate(self, trie: PrefixTrie, final: np.ndarray) -> torch.Tensor:
         """Run the network over ``trie``; return the natural-log probability (biased as configured) of every
-        target, ``pnode[tokpair]`` being its context node and ``ptarget[tokpair]`` the target (pairs grouped by
-        node, :func:`~privasr.lm.neural.trie.target_pairs`), float64 on the device.
+        target of its sequences (their tokens, then ``final``; laid out like ``trie.paths()``), float64 on the
+        device.
 
         All of it happens on the device: the output projection over blocks of the nodes that have pairs, a
         log-sum-exp per node, each pair's logit, the differences in float64 and their spread over the targets;
-        nothing comes back until the caller asks, and the host never waits for the device in between."""
+        nothing comes back until the caller asks, and the host never waits for the device in between (it lists
+        the pairs while the device runs the network)."""
         out = self.model.output
         dev = self.device
+        with exact_inference(dev):
+            states = self._states(trie)
+        pnode, ptarget, tokpair = target_pairs(trie, final)
         # a class softmax's target_logprob is normalised: no log-sum-exp needed unless a bias is renormalised
         targets_only = isinstance(out, ClassSoftmax) and not (self.renormalize and self._bias_t is not None)
         # the nodes with pairs, and each pair's row among them (pairs are grouped by node, nodes increasing)
@@ -439,7 +441,6 @@ class NeuralLM(NeuralScorerBase):
         prank_t, ptarget_t = _to_device(prank, dev), _to_device(ptarget, dev)
         need_t = None if every else _to_device(need, dev)
         with exact_inference(dev):
-            states = self._states(trie)
             logits_of = self._logits_fn()
             pair_val = torch.empty(len(pnode), dtype=torch.float32, device=dev)
             lse_all = torch.zeros(len(need), dtype=torch.float32, device=dev)
@@ -514,17 +515,16 @@ def _to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
     return t
 
 
-def _gather(values: np.ndarray, off: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pieces ``values[off[i]:off[i+1]]`` of the sequences ``seqs``, concatenated, and their offsets.
+def _spans(off: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the pieces ``off[i]:off[i+1]`` of the sequences ``seqs``, concatenated, and their offsets.
 
-    >>> [a.tolist() for a in _gather(np.arange(5), np.array([0, 2, 2, 5]), np.array([2, 0]))]
+    >>> [a.tolist() for a in _spans(np.array([0, 2, 2, 5]), np.array([2, 0]))]
     [[2, 3, 4, 0, 1], [0, 3, 5]]
     """
     lens = off[1:][seqs] - off[:-1][seqs]
     g_off = np.zeros(len(seqs) + 1, dtype=np.int64)
     np.cumsum(lens, out=g_off[1:])
-    idx = np.repeat(off[:-1][seqs] - g_off[:-1], lens) + np.arange(int(g_off[-1]))
-    return values[idx], g_off
+    return np.repeat(off[:-1][seqs] - g_off[:-1], lens) + np.arange(int(g_off[-1])), g_off
 
 
 def _logsumexp(logits: torch.Tensor) -> torch.Tensor:

@@ -125,9 +125,8 @@ class PrefixTrie:
         """
         t, off = checked_offsets(tokens, offsets)
         if _compiled is None:
-            trie = cls._build_py([tuple(t[a:b].tolist()) for a, b in zip(off[:-1], off[1:], strict=True)],
+            return cls._build_py([tuple(t[a:b].tolist()) for a, b in zip(off[:-1], off[1:], strict=True)],
                                  root_token=root_token)
-            return trie
         n_tok, n_seq = len(t), len(off) - 1
         parent, token, depth, size = (np.empty(n_tok + 1, dtype=np.int64) for _ in range(4))
         ends = np.empty(n_seq, dtype=np.int64)
