@@ -4,7 +4,8 @@ prefix tries and Transformer row packing.
 
 ``optional=True``: where no C compiler is available the install still succeeds;
 :class:`privasr.lm.ngram.model.NgramModel` then uses its numpy query path and
-:mod:`privasr.lm.neural.dropout` torch's own dropout, the trainer's output layer torch's operations, and :mod:`privasr.lm.neural.trie` its Python and numpy loops.
+:mod:`privasr.lm.neural.dropout` torch's own dropout, the trainer's output layer torch's operations, and
+:mod:`privasr.lm.neural.trie` its Python and numpy loops.
 """
 
 from setuptools import Extension, setup
