@@ -171,7 +171,7 @@ def run(out: Path, quick: bool = False, seed: int = 0, device: str = "cpu") -> d
     peak = max(peak, matmul_rate(mm_n, device=device))
 
     gpu = _gpu_busy(lambda: lm.score_ids(ids, off)) if cuda else None
-    trie = PrefixTrie.build([tuple(vocab.encode(h)) for h in hyps])
+    trie = PrefixTrie.from_flat(ids, off)
     flops_nodes = flops_per_node(trie.depth, d=cfg.embed_dim, ffn=cfg.ffn_dim, layers=cfg.layers,
                                  vocab=len(vocab))
     engine_rate = float(flops_nodes.sum()) / t_engine

@@ -81,7 +81,7 @@ import numpy as np
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, SentenceScore
 from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
-from privasr.lm.neural.trie import PrefixTrie, pack_segments
+from privasr.lm.neural.trie import PrefixTrie, pack_segments, target_pairs
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["export_lm", "export_checkpoint", "ExportInfo", "ExportedNeuralLM", "OnnxNeuralLM",
@@ -529,18 +529,14 @@ class ExportedNeuralLM(NeuralScorerBase):
             return out
         trie = PrefixTrie.build([tuple(ids[i]) if eos else tuple(ids[i][:-1]) for i in live],
                                 root_token=vocab.bos_id)
-        flat_nodes, _ = trie.paths()
         eos_id = vocab.eos_id
-        targets = np.fromiter((t for i in live for t in ([*ids[i], eos_id] if eos else ids[i])), dtype=np.int64,
-                              count=len(flat_nodes))
-        v = len(vocab)
-        keys, inverse = np.unique(flat_nodes * v + targets, return_inverse=True)
-        pair_node, pair_tgt = np.divmod(keys, v)
+        # each distinct (prefix, next word) pair once; the last target is </s>, or the last word without eos
+        pair_node, pair_tgt, inverse = target_pairs(trie, [eos_id if eos else ids[i][-1] for i in live])
         row_len = max(min(self.row_len, self.batch_tokens), int(trie.depth.max()) + 1)
         packed = pack_segments(trie, *trie.segment_arrays(row_len), row_len)
         per_call = max(1, self.batch_tokens // row_len)
         fill = (packed.nodes >= 0).sum(axis=1)
-        pair_ln = np.empty(len(keys), dtype=np.float64)
+        pair_ln = np.empty(len(pair_node), dtype=np.float64)
         for r0 in range(0, len(packed), per_call):
             r1 = min(len(packed), r0 + per_call)
             width = int(fill[r0:r1].max())
@@ -556,7 +552,7 @@ class ExportedNeuralLM(NeuralScorerBase):
                      "mask": np.ascontiguousarray(packed.attention(slice(r0, r1))[:, :width, :width]),
                      "rows": at[pair_node[sel]], "targets": np.ascontiguousarray(pair_tgt[sel])}
             pair_ln[sel] = self._logprob(feeds)
-        flat = pair_ln[inverse.ravel()]
+        flat = pair_ln[inverse]
         lo = 0
         for i in live:
             out[i] = flat[lo:lo + n_tok[i]]

@@ -82,7 +82,14 @@ from privasr.errors import ConfigError, InputError
 from privasr.lm.base import EOS, LN10, UNK, SentenceScore
 from privasr.lm.neural.models import ClassSoftmax
 from privasr.lm.neural.scoring_base import NeuralScorerBase, checked_log_bias, checked_sentences
-from privasr.lm.neural.trie import PrefixTrie, checked_offsets, lex_order, pack_segments, target_pairs
+from privasr.lm.neural.trie import (
+    PrefixTrie,
+    checked_offsets,
+    lex_order,
+    offsets_of,
+    pack_segments,
+    target_pairs,
+)
 from privasr.lm.neural.vocab import Vocabulary
 
 __all__ = ["NeuralLM", "UNBOUNDED_ORDER", "exact_inference"]
@@ -192,9 +199,6 @@ class NeuralLM(NeuralScorerBase):
         sents = checked_sentences(sentences, bos)
         ids, off = self.vocab.encode_flat(sents)
         flat = self._score_flat(ids, off, eos)
-        n_tgt = np.diff(off) + (1 if eos else 0)
-        toff = np.zeros(len(sents) + 1, dtype=np.int64)
-        np.cumsum(n_tgt, out=toff[1:])
         oov = np.zeros(len(flat), dtype=bool)
         unk = np.flatnonzero(ids == self.vocab.unk_id)
         if unk.size:  # a word mapped to <unk> is OOV unless it is the word <unk>
@@ -207,7 +211,7 @@ class NeuralLM(NeuralScorerBase):
         flat.setflags(write=False)
         oov.setflags(write=False)
         eos_t = (EOS,) if eos else ()
-        bounds = toff.tolist()
+        bounds = offsets_of(np.diff(off) + (1 if eos else 0)).tolist()
         return [SentenceScore._trusted(s + eos_t, flat[lo:hi], oov[lo:hi])
                 for s, lo, hi in zip(sents, bounds, bounds[1:], strict=False)]
 
@@ -306,8 +310,7 @@ class NeuralLM(NeuralScorerBase):
         that groups keep shared prefixes together."""
         lens = np.diff(off)
         n_tgt = lens + (1 if eos else 0)
-        toff = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(n_tgt, out=toff[1:])
+        toff = offsets_of(n_tgt)
         if int(toff[-1]) <= self.group_tokens:
             return self._score_group(ids, off, eos).cpu().numpy()
         # groups go to the device one after the other and come back together at the end: the host builds the
@@ -341,8 +344,7 @@ class NeuralLM(NeuralScorerBase):
             keep = np.ones(len(ids), dtype=bool)
             keep[off[1:][lens > 0] - 1] = False
             ctx = ids[keep]
-            ctx_off = np.zeros(len(live) + 1, dtype=np.int64)
-            np.cumsum(lens[live] - 1, out=ctx_off[1:])
+            ctx_off = offsets_of(lens[live] - 1)
             final = ids[off[1:][lens > 0] - 1]
         if not len(live):
             return torch.zeros(0, dtype=torch.float64, device=self.device)
@@ -425,22 +427,21 @@ class NeuralLM(NeuralScorerBase):
         the pairs while the device runs the network)."""
         out = self.model.output
         dev = self.device
-        with exact_inference(dev):
-            states = self._states(trie)
-        pnode, ptarget, tokpair = target_pairs(trie, final)
         # a class softmax's target_logprob is normalised: no log-sum-exp needed unless a bias is renormalised
         targets_only = isinstance(out, ClassSoftmax) and not (self.renormalize and self._bias_t is not None)
-        # the nodes with pairs, and each pair's row among them (pairs are grouped by node, nodes increasing)
-        first = np.ones(len(pnode), dtype=bool)
-        first[1:] = pnode[1:] != pnode[:-1]
-        need = pnode[first]
-        prank = np.cumsum(first) - 1
-        step = self.out_rows
-        bounds = np.searchsorted(prank, np.arange(0, len(need) + step, step)).tolist()
-        every = len(need) == len(trie)  # then need is 0 .. len(trie) - 1
-        prank_t, ptarget_t = _to_device(prank, dev), _to_device(ptarget, dev)
-        need_t = None if every else _to_device(need, dev)
         with exact_inference(dev):
+            states = self._states(trie)
+            pnode, ptarget, tokpair = target_pairs(trie, final)
+            # the nodes with pairs, and each pair's row among them (pairs are grouped by node, nodes increasing)
+            first = np.ones(len(pnode), dtype=bool)
+            first[1:] = pnode[1:] != pnode[:-1]
+            need = pnode[first]
+            prank = np.cumsum(first) - 1
+            step = self.out_rows
+            bounds = np.searchsorted(prank, np.arange(0, len(need) + step, step)).tolist()
+            every = len(need) == len(trie)  # then need is 0 .. len(trie) - 1
+            prank_t, ptarget_t = _to_device(prank, dev), _to_device(ptarget, dev)
+            need_t = None if every else _to_device(need, dev)
             logits_of = self._logits_fn()
             pair_val = torch.empty(len(pnode), dtype=torch.float32, device=dev)
             lse_all = torch.zeros(len(need), dtype=torch.float32, device=dev)
@@ -522,8 +523,7 @@ def _spans(off: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     [[2, 3, 4, 0, 1], [0, 3, 5]]
     """
     lens = off[1:][seqs] - off[:-1][seqs]
-    g_off = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(lens, out=g_off[1:])
+    g_off = offsets_of(lens)
     return np.repeat(off[:-1][seqs] - g_off[:-1], lens) + np.arange(int(g_off[-1])), g_off
 
 

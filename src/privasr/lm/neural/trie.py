@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - built by every install that has a C co
     _compiled = None
 
 __all__ = ["PrefixTrie", "PackedRows", "pack_rows", "pack_segments", "best_fit", "target_pairs", "lex_order",
-           "checked_offsets", "compiled_trie"]
+           "checked_offsets", "offsets_of", "compiled_trie"]
 
 
 def compiled_trie() -> bool:
@@ -54,10 +54,20 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _flat(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
-    off = np.zeros(len(sequences) + 1, dtype=np.int64)
+def offsets_of(lengths: Any) -> np.ndarray:
+    """The offsets of consecutive pieces of ``lengths``: ``[0, l0, l0 + l1, ...]`` (int64, one more entry).
+
+    >>> offsets_of([2, 0, 3]).tolist()
+    [0, 2, 2, 5]
+    """
+    lens = np.asarray(lengths, dtype=np.int64)
+    off = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
+    return off
+
+
+def _flat(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    off = offsets_of(np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences)))
     tokens = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(off[-1]))
     return tokens, off
 
@@ -197,9 +207,7 @@ class PrefixTrie:
         """
         if self._paths is not None:
             return self._paths
-        span = self.lengths + 1
-        off = np.zeros(len(span) + 1, dtype=np.int64)
-        np.cumsum(span, out=off[1:])
+        off = offsets_of(self.lengths + 1)
         flat = np.empty(int(off[-1]), dtype=np.int64)
         cur = self.ends.copy()
         at = off[1:] - 1  # write position of each sequence's current node (filled from the end)
@@ -280,9 +288,7 @@ class PrefixTrie:
             fb, ob = _compiled.segments(self.parent, self.size, self.depth, int(max_len))
             return np.frombuffer(fb, dtype=np.int64), np.frombuffer(ob, dtype=np.int64)
         segs = self._segments_py(max_len)
-        off = np.zeros(len(segs) + 1, dtype=np.int64)
-        np.cumsum([len(x) for x in segs], out=off[1:])
-        return np.concatenate(segs), off
+        return np.concatenate(segs), offsets_of([len(x) for x in segs])
 
     def _segments_py(self, max_len: int) -> list[np.ndarray]:
         size = self.size
@@ -393,10 +399,8 @@ def pack_rows(trie: PrefixTrie, segments: Sequence[np.ndarray], row_len: int) ->
     >>> p.own.astype(int).tolist()
     [[1, 1, 1, 0, 0, 1], [0, 1, 0, 0, 0, 0]]
     """
-    off = np.zeros(len(segments) + 1, dtype=np.int64)
-    np.cumsum([len(seg) for seg in segments], out=off[1:])
     flat = np.concatenate(segments).astype(np.int64, copy=False) if len(segments) else np.zeros(0, dtype=np.int64)
-    return pack_segments(trie, flat, off, row_len)
+    return pack_segments(trie, flat, offsets_of([len(seg) for seg in segments]), row_len)
 
 
 def pack_segments(trie: PrefixTrie, flat: np.ndarray, offsets: np.ndarray, row_len: int) -> PackedRows:
