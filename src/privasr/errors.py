@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from os import PathLike
 
-__all__ = ["PrivasrError", "InputError", "ConfigError"]
+__all__ = ["PrivasrError", "InputError", "ConfigError", "PrivacyWarning"]
 
 
 class PrivasrError(Exception):
@@ -72,3 +72,8 @@ class InputError(PrivasrError, ValueError):
 
 class ConfigError(InputError):
     """An invalid experiment configuration (unknown key, wrong type, value out of range)."""
+
+
+class PrivacyWarning(UserWarning):
+    """A setting that weakens a privacy guarantee without voiding the run (e.g. a noise multiplier of 0: clipping
+    only, epsilon infinite); settings that void it are a :class:`ConfigError`."""

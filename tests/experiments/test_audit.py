@@ -38,6 +38,26 @@ def test_config_errors(tmp_path, capsys):
     assert "anon.data" in capsys.readouterr().err
 
 
+def test_dp_games_section_plays_each_configuration_and_its_planted_control(tmp_path):
+    pytest.importorskip("dp_accounting")
+    cfg = load_audit_config({"name": "t", "seed": 2, "dp_games": {"games": ["fedlm_all", "fmp_laplace"],
+                                                                  "trials": 60}})
+    m = run_audit(cfg, tmp_path / "out")
+    games = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]["dp_games"]["games"]
+    assert sorted(games) == ["fedlm_all", "fmp_laplace"]
+    for name in games:  # the releases hold; the planted leaks are caught
+        assert m[f"dp_{name}_release_holds"] and not m[f"dp_{name}_control_holds"], games[name]
+        assert games[name]["release"]["trials"] == games[name]["control"]["trials"] == 60
+    assert m["dp_fmp_laplace_epsilon"] == pytest.approx(1.0, abs=1e-3)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "control: noised sum / clients that reported" in report and "| **no** |" in report
+    assert "fedlm weighting: words: clip_norm=0.5 with weighting='words'" in report  # refused before any work
+    with pytest.raises(ConfigError, match="dp_games.games"):
+        load_audit_config({"dp_games": {"games": ["fedlm_all", "fedlm_all"]}})
+    with pytest.raises(ConfigError, match="dp_games.trials"):
+        load_audit_config({"dp_games": {"trials": 3}})
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     from privasr.synth import SynthConfig, generate

@@ -144,6 +144,16 @@ def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
     assert m["delta"] == 1e-5 and m["noise_multiplier"] == 1.5 and m["clip_norm"] == 0.5
     # every client every round: 2 un-amplified Gaussian releases
     assert m["epsilon"] == pytest.approx(epsilon_for(1.5, 2, "all", delta=1e-5), rel=1e-6)
+    # what the run publishes: per round only the released step's norm, epsilon and delta (and the server's own
+    # evaluation); no count of sampled or reporting clients, no drop reasons, no seconds, no loss or tokens
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    for h in res["history"]:
+        assert set(h["metrics"]) <= {"update_norm", "epsilon", "delta", "eval_ppl"}
+        assert {"update_norm", "epsilon", "delta"} <= set(h["metrics"])
+        assert (h["sampled"], h["reported"], h["dropped"], h["seconds"], h["client_seconds"]) == \
+            (None, None, {}, None, None)
+    assert m["denominator"] == m["population"] == m["clients"]  # every client sampled: N, declared by the run
+    assert "fixed denominator" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_loss_and_init_tables_and_the_noise_table(corpus, tmp_path):

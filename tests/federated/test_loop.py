@@ -11,7 +11,7 @@ from privasr.errors import ConfigError, InputError
 from privasr.federated.backends import make_backend
 from privasr.federated.backends.local import ClientVanished
 from privasr.federated.core import FederatedError, SumAccumulator, Update
-from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, run_federated
+from privasr.federated.loop import CHECKPOINT_NAME, PrivacySettings, RoundLog, run_federated
 from privasr.federated.sampling import AllClients, Poisson, UniformWithoutReplacement, UniformWithReplacement
 from privasr.federated.tree import load_tree
 
@@ -55,6 +55,27 @@ class NoisyMean:
         self.seen_noised.append(acc.noised)
         x = state["x"] + acc.mean()["delta"]
         return {"x": x, "round": round + 1}, {"x0": float(x[0]), "clients": acc.count}
+
+
+class UniformMean(NoisyMean):
+    """NoisyMean with uniform weights and deltas clipped to L2 1: what differential privacy needs."""
+
+    name = "uniform-mean"
+    dp_metrics = ("x0",)
+
+    def client_update(self, payload, client, client_state, rng):
+        upd, st = super().client_update(payload, client, client_state, rng)
+        d = upd.arrays["delta"]
+        return Update({"delta": d / max(1.0, float(np.linalg.norm(d)))}, 1.0, dict(upd.metrics)), st
+
+    def accumulate(self, acc, update):
+        return (acc or SumAccumulator.empty()).add(update)
+
+    def dp_bound(self):
+        return "l2", 1.0
+
+    def zero_sum(self, state):
+        return SumAccumulator({"delta": np.zeros(2)})
 
 
 def _clients(k: int = 6) -> list[dict]:
@@ -105,9 +126,23 @@ def test_with_replacement_duplicates_keep_first_slot_state():
     assert all(1 <= s["calls"] <= 3 for s in res.client_states.values())
 
 
-def test_poisson_round_may_be_empty_and_then_fails_cleanly():
-    with pytest.raises(FederatedError, match="reported"):
-        run_federated(NoisyMean(), _clients(2), rounds=20, sampler=Poisson(0.05), seed=3)
+def test_poisson_round_that_draws_nobody_is_skipped_without_dp(caplog):
+    sampler = Poisson(0.3)
+    empty = [r for r in range(20) if sampler.sample(2, r, 3).size == 0]
+    assert empty and len(empty) < 20
+    states: list[np.ndarray] = []
+    with caplog.at_level("INFO", logger="privasr.federated"):
+        res = run_federated(NoisyMean(), _clients(2), rounds=20, sampler=sampler, seed=3,
+                            on_round=lambda e, st: states.append(st["x"].copy()))
+    assert [h.round for h in res.history] == list(range(20))
+    for r in empty:
+        h = res.history[r]
+        assert (h.sampled, h.reported, h.metrics) == (0, 0, {"skipped": 1.0})
+        assert np.array_equal(states[r], states[r - 1] if r else np.zeros(2))  # nothing changed
+    assert sum("the sampler drew no client" in m for m in caplog.messages) == len(empty)
+    # a round that sampled clients of which too few reported still fails
+    with pytest.raises(FederatedError, match="only 0 of 2 sampled clients reported"):
+        run_federated(NoisyMean(fail={0: "raise", 1: "raise"}), _clients(2), rounds=1, sampler=AllClients())
 
 
 def test_checkpoint_resume_equals_uninterrupted(tmp_path):
@@ -161,6 +196,8 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
 class CountingGaussian:
     """A stand-in mechanism that records every call."""
 
+    clip_norm = 1.0
+
     def __init__(self) -> None:
         self.calls = 0
 
@@ -179,7 +216,7 @@ def test_noise_is_added_once_per_round_and_epsilon_reported():
     from privasr.privacy.dp.accounting import PrivacyAccountant
 
     mech = CountingGaussian()
-    alg = NoisyMean()
+    alg = UniformMean()
     priv = PrivacySettings(mech, PrivacyAccountant(accountant="rdp", target_delta=1e-5))
     res = run_federated(alg, _clients(), rounds=3, sampler=AllClients(), privacy=priv)
     assert mech.calls == 3 and alg.seen_noised == [1, 1, 1]
@@ -234,11 +271,11 @@ def test_dp_run_resumes_with_its_accountant(tmp_path):
 
     kw = {"sampler": UniformWithoutReplacement(3), "seed": 4}
     full_priv = priv()
-    full = run_federated(NoisyMean(), _clients(), rounds=4, privacy=full_priv, **kw)
+    full = run_federated(UniformMean(), _clients(), rounds=4, privacy=full_priv, **kw)
     d = tmp_path / "run"
-    run_federated(NoisyMean(), _clients(), rounds=2, privacy=priv(), checkpoint_dir=d, **kw)
+    run_federated(UniformMean(), _clients(), rounds=2, privacy=priv(), checkpoint_dir=d, **kw)
     p2 = priv()
-    resumed = run_federated(NoisyMean(), _clients(), rounds=4, privacy=p2, checkpoint_dir=d, resume=True, **kw)
+    resumed = run_federated(UniformMean(), _clients(), rounds=4, privacy=p2, checkpoint_dir=d, resume=True, **kw)
     assert np.array_equal(full.state["x"], resumed.state["x"])
     assert p2.accountant.steps == 4
     assert resumed.history[-1].metrics["epsilon"] == pytest.approx(full.history[-1].metrics["epsilon"], rel=1e-12)
@@ -260,3 +297,115 @@ def test_blocks_are_folded_by_accumulate_many_unless_a_subclass_overrides_accumu
     assert _block_accumulator(FmpAlgorithm(FmpConfig(), u)) is not None
     assert _block_accumulator(Recording(FmpConfig(), u)) is None  # its accumulate would be bypassed
     assert _block_accumulator(Blocks(FmpConfig(), u)) is not None
+
+
+# -- differential privacy: releases that depend on nothing but the noised sum ---------------------------------
+
+
+def _gaussian(z: float = 2.0, clip: float = 1.0, neighboring: str = "add_or_remove_one", **kw):
+    pytest.importorskip("dp_accounting")
+    from privasr.privacy.dp.accounting import PrivacyAccountant
+    from privasr.privacy.dp.mechanisms import GaussianMechanism
+
+    return PrivacySettings(GaussianMechanism(clip_norm=clip, noise_multiplier=z),
+                           PrivacyAccountant(accountant="rdp", target_delta=1e-5, neighboring=neighboring), **kw)
+
+
+class Recording(UniformMean):
+    """Keeps what ``server_update`` was handed."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.seen: list[tuple[float, int, dict, int]] = []
+
+    def server_update(self, state, acc, round, rng):
+        self.seen.append((acc.weight, acc.count, dict(acc.metrics), acc.noised))
+        return super().server_update(state, acc, round, rng)
+
+
+def test_an_empty_poisson_round_under_dp_releases_noise_alone_and_is_accounted():
+    from privasr.privacy.dp.accounting import epsilon_for
+
+    sampler = Poisson(0.1)
+    sizes = [sampler.sample(3, r, 0).size for r in range(5)]
+    assert 0 in sizes  # the cohorts of the failing report: nobody is drawn in round 0
+    alg = Recording()
+    states: list[np.ndarray] = []
+    res = run_federated(alg, _clients(3), rounds=5, sampler=sampler, seed=0, privacy=_gaussian(2.0),
+                        on_round=lambda e, st: states.append(st["x"].copy()))
+    assert len(res.history) == 5
+    assert res.history[-1].metrics["epsilon"] == pytest.approx(epsilon_for(2.0, 5, "poisson", q=0.1), rel=1e-9)
+    first_empty = sizes.index(0)
+    before = states[first_empty - 1] if first_empty else np.zeros(2)
+    assert not np.array_equal(states[first_empty], before)  # noise alone was released
+    # every release: the fixed denominator q x N = 0.3, no count, no metrics, noised once
+    assert alg.seen == [(pytest.approx(0.3), 0, {}, 1)] * 5
+
+
+def test_the_denominator_is_fixed_by_the_sampler_and_the_declared_population():
+    for sampler, population, want in ((Poisson(0.5), None, 3.0), (Poisson(0.5), 10, 5.0), (AllClients(), None, 6.0),
+                                      (UniformWithoutReplacement(2), None, 2.0)):
+        alg = Recording()
+        rel = "replace_one" if sampler.kind == "without_replacement" else "add_or_remove_one"
+        run_federated(alg, _clients(6), rounds=3, sampler=sampler, seed=1,
+                      privacy=_gaussian(population=population, neighboring=rel))
+        assert [w for w, *_ in alg.seen] == [want] * 3, (sampler, population)
+
+
+def test_a_dp_round_publishes_only_its_release(tmp_path, caplog):
+    alg = UniformMean(fail={1: "raise"})
+    with caplog.at_level("DEBUG", logger="privasr.federated"):
+        res = run_federated(alg, _clients(), rounds=3, sampler=Poisson(0.6), seed=2, privacy=_gaussian(),
+                            checkpoint_dir=tmp_path)
+    for h in [*res.history, *(RoundLog(**d) for d in load_tree(tmp_path / CHECKPOINT_NAME)["history"])]:
+        d = h.to_dict()
+        assert set(d["metrics"]) == {"x0", "epsilon", "delta"}  # dp_metrics and the accountant's, nothing else
+        assert (d["sampled"], d["reported"], d["dropped"], d["seconds"], d["client_seconds"]) == \
+            (None, None, {}, None, None)
+    assert not [m for m in caplog.messages if "client" in m]  # no client named, no drop logged
+    # without DP the same run logs and publishes the drop
+    with caplog.at_level("WARNING", logger="privasr.federated"):
+        plain = run_federated(NoisyMean(fail={1: "raise"}), _clients(), rounds=3, sampler=Poisson(0.6), seed=2)
+    assert any(h.dropped for h in plain.history) and any("client 1" in m for m in caplog.messages)
+
+
+def test_settings_that_void_the_guarantee_are_refused_before_any_work():
+    from privasr.federated.secagg import SecAggSettings
+    from privasr.privacy.dp.accounting import PrivacyAccountant
+    from privasr.privacy.dp.mechanisms import LaplaceMechanism
+
+    class Refuse(UniformMean):
+        def client_update(self, *a, **k):
+            raise AssertionError("a refused run did work")
+
+    cl = _clients(4)
+    with pytest.raises(ConfigError, match="does not define dp_bound"):
+        run_federated(NoisyMean(), cl, rounds=1, sampler=AllClients(), privacy=_gaussian())
+    with pytest.raises(ConfigError, match="epsilon would be understated"):
+        run_federated(Refuse(), cl, rounds=1, sampler=AllClients(), privacy=_gaussian(clip=0.5))
+    with pytest.raises(ConfigError, match="bounds a unit's contribution in L2"):
+        run_federated(Refuse(), cl, rounds=1, sampler=AllClients(),
+                      privacy=PrivacySettings(LaplaceMechanism(1.0, 1.0), PrivacyAccountant("pld")))
+    with pytest.raises(ConfigError, match="min_clients=2 with differential privacy.*publish the cohort size"):
+        run_federated(Refuse(), cl, rounds=1, sampler=AllClients(), min_clients=2, privacy=_gaussian())
+    with pytest.raises(ConfigError, match=r"delta=1e-05 for a population of 100000 clients.*\(0, 1/N\)-DP"):
+        run_federated(Refuse(), cl, rounds=1, sampler=AllClients(), privacy=_gaussian(population=100_000))
+    with pytest.raises(ConfigError, match="declared population of 2 clients is smaller"):
+        run_federated(Refuse(), cl, rounds=1, sampler=AllClients(), privacy=_gaussian(population=2))
+    with pytest.raises(ConfigError, match="population=0"):
+        _gaussian(population=0)
+    with pytest.raises(ConfigError, match="'without_replacement' sampling; supported with .*replace_one"):
+        run_federated(Refuse(), cl, rounds=1, sampler=UniformWithoutReplacement(2), privacy=_gaussian())
+
+    class SecureLocal:  # a backend that says it aggregates securely (the check comes before any round)
+        secagg = SecAggSettings(enabled=True)
+
+        def run(self, *a, **k):
+            raise AssertionError("a refused run did work")
+
+    with pytest.raises(ConfigError, match="secure aggregation with differential privacy and 'poisson' sampling"):
+        run_federated(Refuse(), cl, rounds=1, sampler=Poisson(0.5), backend=SecureLocal(), privacy=_gaussian())
+    from privasr.errors import PrivacyWarning
+
+    with pytest.warns(PrivacyWarning, match="epsilon is infinite"):
+        run_federated(UniformMean(), cl, rounds=1, sampler=AllClients(), privacy=_gaussian(z=0.0))

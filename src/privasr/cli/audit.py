@@ -23,7 +23,8 @@ def audit(
     overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set anon.canaries=50 "
                                                           "(dotted keys, YAML values; repeatable)."),
 ) -> None:
-    """Measure what leaks: anonymisation's misses and planted name canaries (more attacks to come)."""
+    """Measure what leaks: anonymisation's misses and name canaries, FMP and fedlm membership games, word sets and
+    canary exposure, finished runs' releases, and every DP configuration's membership game (configs/audit-*.yaml)."""
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.audit import load_audit_config, run_audit
@@ -39,4 +40,7 @@ def audit(
         m = run_audit(cfg, out, argv=_command_line())
     con = Console()
     con.print(", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)))
+    failed = [k.removesuffix("_release_holds") for k, v in m.items() if k.endswith("_release_holds") and not v]
+    if failed:
+        con.print(f"[bold red]empirical epsilon above the accountant's:[/] {', '.join(failed)}")
     con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

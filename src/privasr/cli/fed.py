@@ -82,14 +82,17 @@ def run(
     save_tree(kit / "state.npz", result.state)
     last = result.history[-1].metrics if result.history else {}
     metrics = {"rounds": len(result.history), "resumed_from": result.resumed_from,
-               "reported": [h.reported for h in result.history],
+               "reported": [h.reported for h in result.history],  # None in a DP run
                **{k: v for k, v in last.items() if isinstance(v, int | float)}}
     write_results(kit, config=info, seed=info.get("seed"), metrics=metrics,
                   data={k: v for k, v in info.get("client_folders", {}).items()},
                   extra={"history": [h.to_dict() for h in result.history]})
     con = Console()
-    con.print(f"{len(result.history)} rounds, clients per round {metrics['reported']}"
-              + (f", epsilon {last['epsilon']:.3g}" if "epsilon" in last else ""))
+    private = "epsilon" in last  # a DP run publishes no count of the clients that reported (docs/privacy.md)
+    con.print(f"{len(result.history)} rounds, "
+              + ("clients per round not published (differential privacy)" if private
+                 else f"clients per round {metrics['reported']}")
+              + (f", epsilon {last['epsilon']:.3g}" if private else ""))
     con.print(f"[bold]results:[/] {kit / 'results.json'}  [bold]state:[/] {kit / 'state.npz'}")
 
 

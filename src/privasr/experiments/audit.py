@@ -30,6 +30,9 @@ Stages (each runs when its config section is present):
    ``fedlm_checkpoint``, :mod:`privasr.experiments.audit_runs`): a *finished* ``privasr fmp run``'s released
    sum and ``privasr fedlm run``'s released model against the run's own clients' words and sentences
    (membership attacks measured by AUC and TPR at low FPR; the members are not randomised, so no epsilon bound).
+5. :func:`~privasr.experiments.audit_dp.audit_dp_games` (section ``dp_games``, :mod:`privasr.experiments.audit_dp`):
+   every DP configuration (fedlm's Gaussian under each sampler, distributed noise under SecAgg+, FMP's Laplace)
+   audited by a membership game through the real loop, each beside a planted leak the game must catch.
 
 Then ``results.json`` (config, seed, version, data fingerprints, metrics) and ``report.md``.
 """
@@ -47,6 +50,7 @@ import numpy as np
 
 from privasr.config import Context, from_mapping, setting, to_dict
 from privasr.errors import ConfigError
+from privasr.experiments.audit_dp import DpGamesSettings
 from privasr.experiments.audit_fedlm import FedlmAuditSettings
 from privasr.experiments.audit_runs import (
     FedlmCheckpointSettings,
@@ -126,11 +130,14 @@ class AuditConfig:
     fedlm: FedlmAuditSettings | None = None
     fmp_checkpoint: FmpCheckpointSettings | None = None
     fedlm_checkpoint: FedlmCheckpointSettings | None = None
+    dp_games: DpGamesSettings | None = None
 
     def __config_check__(self, where: str, ctx: Any) -> None:
-        if all(x is None for x in (self.anon, self.fmp, self.fedlm, self.fmp_checkpoint, self.fedlm_checkpoint)):
+        if all(x is None for x in (self.anon, self.fmp, self.fedlm, self.fmp_checkpoint, self.fedlm_checkpoint,
+                                   self.dp_games)):
             raise ConfigError("the audit config has no section to run",
-                              expected="an `anon`, `fmp`, `fmp_checkpoint`, `fedlm` or `fedlm_checkpoint` section")
+                              expected="an `anon`, `fmp`, `fmp_checkpoint`, `fedlm`, `fedlm_checkpoint` or "
+                                       "`dp_games` section")
 
 
 def load_audit_config(config: Any, *, check_files: bool = True) -> AuditConfig:
@@ -362,6 +369,16 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
                 if row["noise_multiplier"]:  # one row per noise multiplier
                     key += f"_z{row['noise_multiplier']:g}"
                 metrics[f"fedlm_exposure_{key}_{reps}x"] = v
+    if cfg.dp_games is not None:
+        from privasr.experiments.audit_dp import audit_dp_games
+
+        sections["dp_games"] = audit_dp_games(cfg.dp_games, cfg.seed)
+        for game, g in sections["dp_games"]["games"].items():
+            for run in ("release", "control"):
+                if run in g:
+                    metrics[f"dp_{game}_{run}_eps_lb"] = g[run]["eps_lb"]
+                    metrics[f"dp_{game}_{run}_holds"] = g[run]["holds"]
+            metrics[f"dp_{game}_epsilon"] = g["release"]["epsilon"]
     write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
     (out / "report.md").write_text(_report(cfg, sections) + plots_section(out), encoding="utf-8")
@@ -407,4 +424,8 @@ def _report(cfg: AuditConfig, sections: dict[str, Any]) -> str:
         from privasr.experiments.audit_fedlm import exposure_report, wordsets_report
 
         lines += [*wordsets_report(fl["wordsets"]), "", *exposure_report(fl["exposure"]), ""]
+    if "dp_games" in sections:
+        from privasr.experiments.audit_dp import dp_games_report
+
+        lines += dp_games_report(sections["dp_games"])
     return "\n".join(lines)

@@ -82,7 +82,9 @@ strings may use ``${PRIVASR_DATA}``)::
     fedlm: {}                         # privasr.federated.algorithms.fedlm.FedLmConfig settings
     rounds: 10
     dp: null                          # {noise_multiplier (required), delta: 1e-5, accountant: rdp | pld,
-                                      #  neighboring: auto | add_or_remove_one | replace_one}; needs fedlm.clip_norm
+                                      #  neighboring: auto | add_or_remove_one | replace_one, population: null
+                                      #  (the declared N of the fixed denominator; null: the run's clients)};
+                                      #  needs fedlm.clip_norm
     federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
     compare_all: true
     tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
@@ -215,6 +217,7 @@ class DPSettings:
     delta: float = setting(1e-5, gt=0.0, lt=1.0)
     accountant: str = setting("rdp", choices=("rdp", "pld"))
     neighboring: str = setting("auto", choices=("auto", "add_or_remove_one", "replace_one"))
+    population: int | None = setting(None, min=1)
 
 
 @dataclass(frozen=True)
@@ -714,7 +717,7 @@ def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any) -> Any:
     assert clip is not None
     return PrivacySettings(GaussianMechanism(clip_norm=clip, noise_multiplier=dp.noise_multiplier),
                            PrivacyAccountant(accountant=dp.accountant, target_delta=dp.delta,
-                                             neighboring=neighboring))
+                                             neighboring=neighboring), population=dp.population)
 
 
 def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None
@@ -768,9 +771,13 @@ def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm:
                  sampler=sampler, seed=cfg.seed, min_clients=fed.min_clients, privacy=privacy, secagg=fed.secagg)
     priv: dict[str, Any] = {}
     if privacy is not None:
+        from privasr.federated.loop import dp_denominator
+
+        population = privacy.population if privacy.population is not None else len(clients)
         priv = {"epsilon": float(privacy.accountant.epsilon()), "delta": float(privacy.accountant.target_delta),
                 "noise_multiplier": float(dp.noise_multiplier) if dp else 0.0, "clip_norm": conf.clip_norm,
-                "accountant": privacy.accountant.accountant, "neighboring": privacy.accountant.neighboring}
+                "accountant": privacy.accountant.accountant, "neighboring": privacy.accountant.neighboring,
+                "population": population, "denominator": dp_denominator(sampler, population)}
     return dict(res.state["params"]), [h.to_dict() for h in res.history], priv, time.perf_counter() - t0
 
 
@@ -1146,7 +1153,10 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
                   f"MAPSSWE p = {m['mapsswe_p']:.3g}) |", ""]
     if "epsilon" in m:
         lines += [f"Differential privacy: noise multiplier {m['noise_multiplier']:g}, clip {m['clip_norm']:g}, "
-                  f"epsilon = {m['epsilon']:.4g} at delta = {m['delta']:.3g} ({m['accountant']}).", ""]
+                  f"epsilon = {m['epsilon']:.4g} at delta = {m['delta']:.3g} ({m['accountant']}); each round's "
+                  f"noised sum is divided by the fixed denominator {m['denominator']:g} (the expected cohort of a "
+                  f"population of {m['population']} clients), and the round history holds only the released "
+                  "step's norm, epsilon and delta.", ""]
     if "ece_raw" in m:
         lines += [f"Confidences of the CTM words on the evaluation calls: ECE {m['ece_raw']:.4f}, AUC "
                   f"{m['auc_raw']:.4f} as given" + (f"; ECE {m['ece']:.4f}, AUC {m['auc']:.4f} after isotonic "

@@ -22,7 +22,17 @@ word counts, the embedding rows a fedlm delta changes); who sees them in which m
 Differential privacy (:mod:`privasr.privacy.dp`) wraps this: the algorithm bounds each unit's contribution
 (clipping a client's update, or capping an utterance's counts), the loop adds noise **once** to the
 accumulated sum (:meth:`SumAccumulator.add_noise`) before ``server_update``, and feeds the accountant the
-event of the sampler actually used.
+event of the sampler actually used. ``server_update`` then receives a *release*
+(:meth:`SumAccumulator.released`): the noised arrays, ``weight`` a data-independent denominator (the expected
+cohort weight), ``count`` 0 and no metrics, so nothing it computes or publishes depends on the data beyond the
+noised sum. An algorithm that supports DP defines three more members, which the loop checks before round 0:
+
+* ``dp_bound() -> (norm, bound)``: ``("l2", C)`` or ``("l1", cap)``, the bound of one unit's contribution to the
+  sum (a :class:`~privasr.errors.ConfigError` when its settings bound nothing, e.g. weighted aggregation);
+* ``zero_sum(state) -> SumAccumulator``: the sum of no update (zeros of the release's shapes), which a round in
+  which nobody reported releases with noise alone;
+* ``dp_metrics``: the names of the ``server_update`` metrics that are functions of the release only (the loop
+  publishes no other metric of a DP round).
 
 >>> import numpy as np
 >>> u = Update({"counts": np.array([2.0, 1.0])}, weight=3.0, metrics={"n_utts": 1})
@@ -257,6 +267,28 @@ class SumAccumulator:
         """
         noisy = mechanism.add_noise(self.arrays, rng)
         return SumAccumulator(dict(noisy), self.weight, self.count, dict(self.metrics), self.noised + 1)
+
+    def released(self, denominator: float) -> SumAccumulator:
+        """What a DP round's ``server_update`` receives: these (noised) arrays with ``weight = denominator``,
+        ``count = 0`` and no metrics; :meth:`mean` is then ``arrays / denominator``.
+
+        The exact number of reporting clients, their summed weights and metrics are not covered by the noise,
+        so a release carries none of them: an algorithm that divides by ``weight`` divides by the
+        data-independent ``denominator`` the loop chose (DP-FedAvg's fixed denominator, McMahan et al. 2018).
+
+        >>> acc = SumAccumulator({"x": np.array([3.0])}, weight=2.0, count=2, metrics={"loss": 1.0}, noised=1)
+        >>> r = acc.released(1.5)
+        >>> r.weight, r.count, dict(r.metrics), r.mean()["x"].tolist(), r.is_release
+        (1.5, 0, {}, [2.0], True)
+        """
+        if not (isinstance(denominator, int | float) and math.isfinite(denominator) and denominator > 0):
+            raise FederatedError(f"a DP release's denominator is {denominator!r} (expected a finite number > 0)")
+        return SumAccumulator(self.arrays, float(denominator), 0, {}, max(self.noised, 1))
+
+    @property
+    def is_release(self) -> bool:
+        """Whether this is a DP release (:meth:`released`): noised, with a data-independent ``weight``."""
+        return self.noised > 0
 
     def mean(self) -> dict[str, np.ndarray]:
         """The weighted mean, ``arrays / weight`` (the caller scaled each update by its weight).

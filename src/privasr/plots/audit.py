@@ -123,12 +123,25 @@ def exposure_curves(runs: Sequence[Run]) -> list[Plot]:
     return [Plot("audit_exposure", "Canary exposure against repetitions per privacy setting", fig)]
 
 
+def _dp_games(res: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The ``dp_games`` section's releases and controls as ``(name, game)`` with ``epsilon_accountant``."""
+    out = []
+    for name, g in ((_sections(res).get("dp_games") or {}).get("games") or {}).items():
+        if not isinstance(g, Mapping):
+            continue
+        for run, suffix in (("release", ""), ("control", " (planted leak)")):
+            r = g.get(run)
+            if isinstance(r, Mapping):
+                out.append((name.replace("_", " ") + suffix, {**r, "epsilon_accountant": r.get("epsilon")}))
+    return out
+
+
 def epsilon_bounds(runs: Sequence[Run]) -> list[Plot]:
-    """Per FMP membership game, the empirical epsilon lower bound (bar), the largest bound its trials could
-    show (``eps_lb_max``, a tick) and the accountant's epsilon where the game ran with DP (a star).
-    ``[]`` without FMP games."""
+    """Per membership game (FMP's, and the ``dp_games`` section's releases and planted controls), the empirical
+    epsilon lower bound (bar), the largest bound its trials could show (``eps_lb_max``, a tick) and the
+    accountant's epsilon where the game ran with DP (a star). ``[]`` without games."""
     games = [(series_label(label, name.replace("_", " ")), g) for label, res in runs
-             for name, g in ((_sections(res).get("fmp") or {}).get("games") or {}).items()
+             for name, g in [*((_sections(res).get("fmp") or {}).get("games") or {}).items(), *_dp_games(res)]
              if isinstance(g, Mapping) and number(g.get("eps_lb")) is not None]
     if not games:
         return []
@@ -147,7 +160,7 @@ def epsilon_bounds(runs: Sequence[Run]) -> list[Plot]:
                    label="accountant's epsilon")
     ax.set_xticks(xs, [n for n, _ in games], rotation=20, ha="right")
     ax.set_ylabel("epsilon")
-    ax.set_title("FMP games: empirical epsilon lower bound and the accountant's epsilon")
+    ax.set_title("Membership games: empirical epsilon lower bound and the accountant's epsilon")
     ax.grid(axis="y", alpha=0.3)
     legend(ax)
     return [Plot("audit_epsilon", "Empirical epsilon lower bounds beside the accountant's epsilon", fig)]

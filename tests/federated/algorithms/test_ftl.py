@@ -156,6 +156,8 @@ def test_a_federated_run_lowers_the_loss_and_is_reproducible() -> None:
         ({"server": {"name": "sgdd"}}, "sgdd"),
         ({"replay_lr": 0}, "replay_lr"),
         ({"clip_norm": -1.0}, "clip_norm"),
+        ({"delta_clip": 0.0, "weighting": "uniform"}, "delta_clip=0.0"),
+        ({"delta_clip": 1.0, "weighting": "softmax"}, "weighting='uniform'"),
     ],
 )
 def test_bad_settings_are_config_errors(cfg, match) -> None:
@@ -192,3 +194,33 @@ def test_spec_augment_changes_the_client_update_and_stays_deterministic() -> Non
     assert all(np.array_equal(u1.arrays[k], u2.arrays[k]) for k in u1.arrays)
     with pytest.raises(ConfigError, match="spec_augment"):
         FtlConfig(spec_augment="yes")
+
+
+def test_dp_clips_the_delta_divides_by_the_fixed_denominator_and_publishes_only_the_release() -> None:
+    pytest.importorskip("dp_accounting")
+    from privasr.federated.loop import PrivacySettings
+    from privasr.federated.sampling import Poisson
+    from privasr.privacy.dp.accounting import PrivacyAccountant
+    from privasr.privacy.dp.clip import global_norm
+    from privasr.privacy.dp.mechanisms import GaussianMechanism
+
+    alg = _alg(server="fedavg", weighting="uniform", delta_clip=0.1)
+    state = alg.init(np.random.default_rng(0))
+    upd, _ = alg.client_update(alg.broadcast(state, 0), _clients(1)[0], None, np.random.default_rng(1))
+    assert global_norm(upd.arrays) <= 0.1 and upd.metrics["clipped"] == 1.0
+    seen = []
+    update = alg.server_update
+
+    def spy(state, acc, round, rng):
+        seen.append((acc.weight, acc.count, dict(acc.metrics)))
+        return update(state, acc, round, rng)
+
+    alg.server_update = spy  # type: ignore[method-assign]
+    sampler = Poisson(0.25)
+    assert 0 in [sampler.sample(4, r, 1).size for r in range(3)]  # an empty round: noise alone is released
+    priv = PrivacySettings(GaussianMechanism(clip_norm=0.1, noise_multiplier=1.0), PrivacyAccountant("rdp"))
+    res = run_federated(alg, _clients(4), rounds=3, sampler=sampler, seed=1, privacy=priv)
+    assert seen == [(1.0, 0, {})] * 3  # q x N = 0.25 x 4, whoever reported
+    assert all(set(h.metrics) == {"update_norm", "epsilon", "delta"} and h.reported is None for h in res.history)
+    with pytest.raises(ConfigError, match="FTL without delta_clip"):
+        run_federated(_alg(weighting="uniform"), _clients(2), rounds=1, sampler=sampler, privacy=priv)

@@ -64,7 +64,16 @@ class Drift:
 
     def server_update(self, state, acc, round, rng):
         mean = acc.mean()["delta"]
-        return {"w": state["w"] + 0.5 * mean}, {"step": float(np.linalg.norm(mean)), "n": acc.metrics["n"]}
+        return {"w": state["w"] + 0.5 * mean}, {"step": float(np.linalg.norm(mean)), "n": acc.metrics.get("n", 0.0)}
+
+    # differential privacy (a plumbing toy: its weighted sum has no real bound)
+    dp_metrics = ("step",)
+
+    def dp_bound(self):
+        return "l2", 1.0
+
+    def zero_sum(self, state):
+        return SumAccumulator({"delta": np.zeros(3), "count": np.zeros(1)})
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class FakeGaussian:
     """A noise mechanism without dp_accounting: Gaussian noise, a symbolic accounting event."""
 
     std: float = 0.05
+    clip_norm: float = 1.0
 
     def add_noise(self, total, rng):
         return {k: np.asarray(total[k], dtype=np.float64) + rng.normal(scale=self.std, size=np.shape(total[k]))
@@ -123,7 +133,7 @@ def _same(result, local):
            [(h.round, h.sampled, h.reported, reasons(h)) for h in local.history]
     for a, b in zip(result.history, local.history, strict=True):
         assert math.isclose(a.metrics["step"], b.metrics["step"], rel_tol=1e-9)
-        assert a.metrics["n"] == b.metrics["n"]
+        assert a.metrics.get("n") == b.metrics.get("n")
 
 
 # -- an in-process Grid ----------------------------------------------------------------------------------------

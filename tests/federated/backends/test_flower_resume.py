@@ -63,12 +63,22 @@ class Drift:
 
     def server_update(self, state, acc, round, rng):
         mean = acc.mean()["delta"]
-        return {"w": state["w"] + 0.5 * mean}, {"step": float(np.linalg.norm(mean)), "n": acc.metrics["n"]}
+        return {"w": state["w"] + 0.5 * mean}, {"step": float(np.linalg.norm(mean)), "n": acc.metrics.get("n", 0.0)}
+
+    # differential privacy (a plumbing toy: its weighted sum has no real bound)
+    dp_metrics = ("step",)
+
+    def dp_bound(self):
+        return "l2", 1.0
+
+    def zero_sum(self, state):
+        return SumAccumulator({"delta": np.zeros(3)})
 
 
 @dataclass(frozen=True)
 class FakeGaussian:
     std: float = 0.05
+    clip_norm: float = 1.0
 
     def add_noise(self, total, rng):
         return {k: np.asarray(total[k], dtype=np.float64) + rng.normal(scale=self.std, size=np.shape(total[k]))

@@ -42,10 +42,15 @@ removing one user moves the *unweighted* sum of deltas by at most ``C``;
 :func:`~privasr.federated.loop.run_federated` then adds ``N(0, (sigma C)^2)`` once per round to that sum (user-
 level DP, the accountant composes the rounds). The sum must therefore be unweighted: with word weights a
 client's contribution would be ``w_i C``, unbounded, so ``clip_norm`` requires ``weighting="uniform"``
-(:class:`FedLmConfig` raises :class:`~privasr.errors.ConfigError` otherwise). The denominator is then the
-number of reporting clients. The round metrics ``loss`` and ``tokens`` are exact per-client sums that the noise
-does not cover, so they are reported only without clipping (with ``clip_norm`` set, the DP mode, the server
-publishes ``clients`` and ``update_norm``, the norm of the noisy aggregated delta: post-processing).
+(:class:`FedLmConfig` raises :class:`~privasr.errors.ConfigError` otherwise). With the noise on, the denominator
+is **not** the number of clients that reported, which the noise does not cover (the size of the released step
+would tell how many took part, and with add/remove-one neighbours whether a given client did): the loop hands
+``server_update`` a release whose weight is the data-independent expected cohort size
+(:func:`~privasr.federated.loop.dp_denominator`: ``q x N`` for Poisson sampling, ``n`` for fixed-size samplers,
+DP-FedAvg's fixed denominator). The round metrics ``loss``, ``tokens`` and ``clients`` are exact sums that the
+noise does not cover, so they are reported only without clipping (a clipped run without noise) or without DP; a
+DP round publishes only ``update_norm`` (:attr:`FedLmAlgorithm.dp_metrics`), the norm of the released step:
+post-processing.
 
 What crosses the boundary is only float32 arrays named like the model's parameters (plus the weight and the
 numeric metrics), or with ``compression`` their encoded form (:mod:`privasr.federated.compression`: quantised
@@ -90,7 +95,7 @@ from privasr.federated.server_opt import make_server_optimizer
 from privasr.lm.neural.models import NeuralLMConfig, build_model
 from privasr.lm.neural.train import make_batch
 from privasr.lm.neural.vocab import Vocabulary
-from privasr.privacy.dp.clip import clip_by_norm, global_norm
+from privasr.privacy.dp.clip import clip_float32, global_norm
 
 __all__ = ["FedLmClient", "FedLmConfig", "FedLmAlgorithm", "LOSSES", "WEIGHTINGS", "target_weights"]
 
@@ -332,6 +337,10 @@ class FedLmAlgorithm(TorchModelAlgorithm):
     """
 
     name = "fedlm"
+    dp_metrics = ("update_norm",)
+    """The server metrics of a DP round: functions of the release only."""
+    dp_unit = "client"
+    """The unit of the DP guarantee: one client (its clipped delta)."""
 
     def __init__(self, config: FedLmConfig, model_config: NeuralLMConfig, vocab: Vocabulary,
                  init_state: Mapping[str, np.ndarray] | None = None) -> None:
@@ -434,17 +443,36 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         return SumAccumulator(dict(arrays), float(scalars.get("weight", 0.0)), int(count),
                               {k: float(scalars.get(k, 0.0)) for k in ("tokens", "clipped")})
 
+    def dp_bound(self) -> tuple[str, float]:
+        """``("l2", clip_norm)``: one client moves the (unweighted) sum of deltas by at most ``clip_norm``.
+
+        Raises:
+            ConfigError: without ``clip_norm`` (an unclipped delta has no bound).
+        """
+        if self.config.clip_norm is None:
+            raise ConfigError("differential privacy for fedlm without clip_norm",
+                              expected="fedlm.clip_norm set (and weighting: uniform): the noise is calibrated to "
+                                       "a sum of clipped, unweighted deltas")
+        return "l2", float(self.config.clip_norm)
+
+    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
+        """The sum of no delta (zeros of the parameters' shapes): what a round nobody reported releases, noised."""
+        return SumAccumulator({k: np.zeros(np.shape(v)) for k, v in state["params"].items()})
+
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:
         """``Delta = sum / weight`` (eq. 6), then one server optimiser step (eqs. 7-11 for Adam).
 
         Without accumulated weight (no client, or every client dropped all its utterances with word
-        weighting) the parameters and optimiser state are kept.
+        weighting) the parameters and optimiser state are kept. A DP release (``acc.is_release``) carries the
+        loop's data-independent denominator as its weight and no count or metrics.
         """
         params = state["params"]
         count = 0 if acc is None else acc.count
-        metrics: dict[str, float] = {"clients": float(count)}
-        # exact sums over clients are not covered by DP noise: with clipping (the DP mode) they are not published
+        metrics: dict[str, float] = {}
+        if acc is None or not acc.is_release:
+            metrics["clients"] = float(count)
+        # exact sums over clients are not covered by DP noise: with clipping they are not published
         if acc is not None and count and self.config.clip_norm is None:
             metrics["loss"] = acc.metrics.get("loss", 0.0) / count
             metrics["tokens"] = acc.metrics.get("tokens", 0.0)
@@ -543,12 +571,5 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         return math.exp(total / count) if count else math.nan
 
 
-def _clip32(delta: Mapping[str, np.ndarray], clip_norm: float) -> tuple[dict[str, np.ndarray], bool]:
-    """``delta`` clipped to L2 ``<= clip_norm`` as float32 (shrunk further if the cast rounds above the bound)."""
-    clipped, norm = clip_by_norm(delta, clip_norm)
-    out = {k: v.astype(np.float32) for k, v in clipped.items()}
-    scale = 1.0
-    while global_norm(out) > clip_norm:
-        scale *= 1.0 - 1e-6
-        out = {k: (v * scale).astype(np.float32) for k, v in clipped.items()}
-    return out, norm > clip_norm
+_clip32 = clip_float32
+"""``delta`` clipped to L2 ``<= clip_norm`` as float32 (:func:`~privasr.privacy.dp.clip.clip_float32`)."""

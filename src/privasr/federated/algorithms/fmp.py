@@ -709,6 +709,8 @@ class FmpAlgorithm:
     """
 
     name = "fmp"
+    dp_metrics = ("qbar_mass", "qbar_support", "has_qbar")
+    """The server metrics of a DP round: functions of the noised running sum only."""
 
     def __init__(self, config: FmpConfig, background: np.ndarray,
                  background_bigram: BackgroundBigram | None = None,
@@ -865,11 +867,33 @@ class FmpAlgorithm:
             "utterances": float(0.0 if acc is None else acc.metrics.get("utterances", 0.0)),
             "changed": float(0.0 if acc is None else acc.metrics.get("changed", 0.0)),
         }
-        if self.config.dp_unit is not None:
+        if self.config.dp_unit is not None or (acc is not None and acc.is_release):
             # exact sums of what clients sent are not covered by the noise: a DP run does not publish them
-            for k in ("sent_mass", "utterances", "changed"):
+            for k in ("clients", "sent_mass", "utterances", "changed"):
                 metrics.pop(k)
         return {"sum": total, "qbar": qbar}, metrics
+
+    @property
+    def dp_unit(self) -> str | None:
+        """The unit of the DP guarantee: ``"utterance"`` or ``"user"`` (a client), ``None`` without DP."""
+        return self.config.dp_unit
+
+    def dp_bound(self) -> tuple[str, float]:
+        """``("l1", dp_cap)``: one unit (an utterance or a user, ``dp_unit``) moves the summed counts by at most
+        ``dp_cap`` in L1.
+
+        Raises:
+            ConfigError: without ``dp_unit`` (nothing is capped).
+        """
+        if self.config.dp_unit is None:
+            raise ConfigError("differential privacy for FMP without dp_unit",
+                              expected="dp_unit 'utterance' or 'user': the Laplace noise is calibrated to capped "
+                                       "counts")
+        return "l1", float(self.config.dp_cap)
+
+    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
+        """The sum of no client's counts (zeros over the vocabulary): what an empty DP round releases, noised."""
+        return SumAccumulator({"counts": np.zeros(self.vocab_size)})
 
     # -- client ---------------------------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ from privasr.federated.core import SumAccumulator, Update
 from privasr.federated.secagg import SCALAR_BOUND, Summand, summand_of
 from privasr.federated.server_opt import make_server_optimizer
 from privasr.federated.weighting import WEIGHT_KINDS, WeightedMean
-from privasr.privacy.dp.clip import global_norm
+from privasr.privacy.dp.clip import clip_float32, global_norm
 
 __all__ = ["FtlClient", "FtlConfig", "FtlAlgorithm", "CLIENT_OPTIMIZERS", "SoftmaxAccumulator"]
 
@@ -139,7 +139,14 @@ class FtlConfig:
         compression: how the client compresses its delta (``None``/``"none"``, or a
             :class:`~privasr.federated.compression.CompressionSettings` mapping such as ``{kind: topk, fraction:
             0.1}``); the server decodes every update before weighting it. Not with secure aggregation.
+        delta_clip: ``None`` or ``C > 0``: the L2 bound of a client's whole delta (DP-FedAvg, as fedlm's
+            ``clip_norm``), the sensitivity the Gaussian mechanism of a DP run is calibrated to; needs
+            ``weighting="uniform"`` (a weighted sum has no bound).
 
+    >>> FtlConfig(delta_clip=1.0)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: delta_clip=1.0 with weighting='count' (expected weighting='uniform': the noise is calibrated to a sum of clipped, unweighted deltas)
     >>> FtlConfig(weighting="softmax", temperature=0)
     Traceback (most recent call last):
     ...
@@ -161,6 +168,7 @@ class FtlConfig:
     replay_batch_size: int = 8
     spec_augment: bool = False
     compression: Any = None
+    delta_clip: float | None = None
 
     def __post_init__(self) -> None:
         for name, lo in (("local_epochs", 1), ("local_steps", 0), ("batch_size", 1), ("replay_steps", 0),
@@ -182,6 +190,14 @@ class FtlConfig:
             raise ConfigError(f"spec_augment={self.spec_augment!r}", expected="true or false")
         if self.weighting not in WEIGHT_KINDS:
             raise ConfigError(f"weighting={self.weighting!r}", expected=f"one of {list(WEIGHT_KINDS)}")
+        if self.delta_clip is not None:
+            if not is_real(self.delta_clip) or self.delta_clip <= 0:
+                raise ConfigError(f"delta_clip={self.delta_clip!r}", expected="None or a finite number > 0")
+            object.__setattr__(self, "delta_clip", float(self.delta_clip))
+            if self.weighting != "uniform":
+                raise ConfigError(f"delta_clip={self.delta_clip!r} with weighting={self.weighting!r}",
+                                  expected="weighting='uniform': the noise is calibrated to a sum of clipped, "
+                                           "unweighted deltas")
         opt = _optimizer_spec(self.client_optimizer, {"name": "sgd", "lr": 0.1, "momentum": 0.0},
                               "client_optimizer", CLIENT_OPTIMIZERS)
         lr = opt.get("lr", 0.1 if opt["name"] == "sgd" else 0.001)
@@ -215,6 +231,8 @@ class FtlConfig:
             d["compression"] = self.compression.to_dict()
         else:
             del d["compression"]
+        if self.delta_clip is None:  # runs without it keep their checkpoint keys
+            del d["delta_clip"]
         return d
 
     @classmethod
@@ -254,6 +272,10 @@ class FtlAlgorithm(TorchModelAlgorithm):
     """
 
     name = "ftl"
+    dp_metrics = ("update_norm", "replay_loss")
+    """The server metrics of a DP round: functions of the release (and of the server's own replay data)."""
+    dp_unit = "client"
+    """The unit of the DP guarantee: one client (its clipped delta)."""
 
     def __init__(self, config: FtlConfig, model_config: AcousticConfig, tokenizer: Tokenizer,
                  init_state: Mapping[str, np.ndarray] | None = None, replay: Sequence[Example] | None = None,
@@ -359,17 +381,42 @@ class FtlAlgorithm(TorchModelAlgorithm):
         return SumAccumulator(dict(arrays), float(scalars.get("weight", 0.0)), int(count),
                               {k: float(scalars.get(k, 0.0)) for k in ("loss", "units")})
 
+    def dp_bound(self) -> tuple[str, float]:
+        """``("l2", delta_clip)``: one client moves the (unweighted) sum of deltas by at most ``delta_clip``.
+
+        Raises:
+            ConfigError: without ``delta_clip`` (``clip_norm`` clips each local step's gradient, not the delta).
+        """
+        if self.config.delta_clip is None:
+            raise ConfigError("differential privacy for FTL without delta_clip",
+                              expected="delta_clip set (and weighting: uniform): clip_norm bounds each local "
+                                       "step's gradient, not what a client sends")
+        return "l2", float(self.config.delta_clip)
+
+    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
+        """The sum of no delta (zeros of the parameters' shapes): what a round nobody reported releases, noised."""
+        return SumAccumulator({k: np.zeros(np.shape(v)) for k, v in state["params"].items()})
+
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | SoftmaxAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:
-        """The weighted mean of the deltas, one server optimiser step, then ``replay_steps`` replay steps."""
+        """The weighted mean of the deltas, one server optimiser step, then ``replay_steps`` replay steps.
+
+        A DP release (``acc.is_release``: noised, ``weight`` the loop's data-independent denominator, no count or
+        metrics) is divided by its weight whatever the weighting said, and publishes no loss or unit count.
+        """
         params = state["params"]
+        release = isinstance(acc, SumAccumulator) and acc.is_release
         count = 0 if acc is None else acc.count
-        metrics: dict[str, float] = {"clients": float(count)}
-        if acc is None or count == 0:
+        metrics: dict[str, float] = {} if release else {"clients": float(count)}
+        if acc is None or (count == 0 and not release):
             return {"params": dict(params), "opt": state["opt"]}, {**metrics, "update_norm": 0.0}
-        metrics["loss"] = acc.metrics.get("loss", 0.0) / count
-        metrics["units"] = acc.metrics.get("units", 0.0)
-        if isinstance(acc, SoftmaxAccumulator):
+        if not release:
+            metrics["loss"] = acc.metrics.get("loss", 0.0) / count
+            metrics["units"] = acc.metrics.get("units", 0.0)
+        if release:
+            assert isinstance(acc, SumAccumulator)
+            delta = acc.mean()
+        elif isinstance(acc, SoftmaxAccumulator):
             delta = acc.mean.result()
         else:
             if acc.weight <= 0:
@@ -401,7 +448,11 @@ class FtlAlgorithm(TorchModelAlgorithm):
         trained, loss, units = self._train(start, client.examples, c.client_optimizer, c.local_epochs,
                                            c.local_steps, c.batch_size, int(rng.integers(2 ** 31)), c.spec_augment)
         delta = {k: trained[k] - start[k] for k in start}
-        return self.encoded(delta, float(units), {"loss": loss, "units": float(units)}, client_state, rng)
+        metrics = {"loss": loss, "units": float(units)}
+        if c.delta_clip is not None:
+            delta, clipped = clip_float32(delta, c.delta_clip)
+            metrics["clipped"] = float(clipped)
+        return self.encoded(delta, float(units), metrics, client_state, rng, c.delta_clip)
 
     # -- evaluation -----------------------------------------------------------------------------------------
 

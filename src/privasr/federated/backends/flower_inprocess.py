@@ -45,6 +45,7 @@ sets; in one process :func:`task_identity` sets it for the duration of a ``with`
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -52,7 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InProcessGrid", "Exchange", "task_identity", "SECAGG_STAGES"]
+__all__ = ["InProcessGrid", "Exchange", "task_identity", "run_inprocess", "SECAGG_STAGES"]
 
 SECAGG_STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 """The SecAgg+ stages as Flower names them in its messages (``secaggplus_configs["stage"]``)."""
@@ -201,3 +202,48 @@ class InProcessGrid:
         []
         """
         return [x for x in self.exchanges if x.group_id == str(group_id) and x.message_type == message_type]
+
+
+def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sampler: Any, workdir: Any,
+                  seed: int = 0, min_clients: int = 1, privacy: Any = None, secagg: Any = None,
+                  client_timeout: float | None = None) -> Any:
+    """The ServerApp's whole loop over an :class:`InProcessGrid`: Flower's real ``ClientApp`` (with
+    ``secaggplus_mod`` when ``secagg`` is enabled) answering every message in this process, one node per client.
+
+    What :func:`~privasr.federated.backends.flower.run_flower` runs, without Ray, processes or sockets: for tests
+    and audits that need many short runs of the real protocol (e.g. the DP membership games of
+    :mod:`privasr.federated.dp_games` under SecAgg+ with distributed noise). The clients are written to a file
+    under ``workdir`` for the ClientApp, as the simulation does; the client states stay on the grid's nodes.
+
+    Returns:
+        The :class:`~privasr.federated.loop.FederatedResult` (client states not collected).
+
+    Raises:
+        ConfigError: the loop's and the secure aggregation's checks.
+    """
+    from pathlib import Path
+
+    from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, make_client_app
+    from privasr.federated.backends.flower_deploy import _dump
+
+    secure = check_secagg(secagg, algorithm, sampler, len(clients), privacy)
+    path = Path(workdir) / f"clients-{uuid.uuid4().hex}.pkl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _dump(path, (algorithm, list(clients)))
+    import flwr.common.logger  # noqa: F401  (Flower sets its logger's level when first imported)
+
+    flwr_log = logging.getLogger("flwr")  # Flower logs every SecAgg+ stage of every node: warnings only here
+    level, propagate = flwr_log.level, flwr_log.propagate
+    flwr_log.setLevel(logging.WARNING)
+    flwr_log.propagate = False
+    try:
+        with task_identity():
+            grid = InProcessGrid(make_client_app(path, None, secure=secure is not None), len(clients),
+                                 keep_messages=False)
+            spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout,
+                               privacy, None, False, 5.0, 0.01, secagg=secure)
+            return _serve(grid, spec)
+    finally:
+        flwr_log.setLevel(level)
+        flwr_log.propagate = propagate
+        path.unlink(missing_ok=True)

@@ -31,7 +31,7 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["global_norm", "clip_by_norm", "cap_counts"]
+__all__ = ["global_norm", "clip_by_norm", "clip_float32", "cap_counts"]
 
 
 def _check_ord(ord: Any) -> int:
@@ -128,6 +128,24 @@ def clip_by_norm(
         scale *= 1.0 - 1e-12
         clipped = {k: a * scale for k, a in arrays.items()}
     return clipped, norm
+
+
+def clip_float32(delta: Mapping[str, Any], clip_norm: float) -> tuple[dict[str, np.ndarray], bool]:
+    """``delta`` clipped to L2 ``<= clip_norm`` as float32 arrays (what a client sends), shrunk further when the
+    cast rounds the norm above the bound; and whether clipping was active.
+
+    >>> import numpy as np
+    >>> out, clipped = clip_float32({"d": np.array([3.0, 4.0])}, 1.0)
+    >>> out["d"].dtype, global_norm(out) <= 1.0, clipped
+    (dtype('float32'), True, True)
+    """
+    clipped, norm = clip_by_norm(delta, clip_norm)
+    out = {k: v.astype(np.float32) for k, v in clipped.items()}
+    scale = 1.0
+    while global_norm(out) > clip_norm:
+        scale *= 1.0 - 1e-6
+        out = {k: (v * scale).astype(np.float32) for k, v in clipped.items()}
+    return out, norm > clip_norm
 
 
 def cap_counts(

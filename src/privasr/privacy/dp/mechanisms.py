@@ -20,7 +20,8 @@ function of ``(total, rng)``: the same seed gives the same noise, and counting h
 of the noise (:meth:`GaussianMechanism.share`, :meth:`LaplaceMechanism.share`): ``parts`` shares sum to exactly
 the mechanism's noise (Gaussian: ``N(0, s^2 / parts)`` each; Laplace: the difference of two
 ``Gamma(1 / parts, b)`` draws each, as the Laplace distribution is infinitely divisible), and more shares to more
-noise. ``with_shares(parts, received)`` is the mechanism to account for when ``received`` shares arrived.
+noise. ``with_shares(parts, received)`` is the mechanism that ran when ``received`` shares arrived; the federated
+loop accounts for the calibrated ``parts`` shares instead (conservative, and independent of the cohort's size).
 
 >>> import numpy as np
 >>> mech = make_mechanism({"mechanism": "gaussian", "clip_norm": 0.5, "noise_multiplier": 2.0})
