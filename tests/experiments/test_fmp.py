@@ -79,6 +79,7 @@ def test_dp_run_reports_epsilon_and_delta(corpus, tmp_path):
     raw = _raw(corpus, tmp_path, dp={"epsilon": 0.5, "unit": "utterance", "cap": 1.0})
     m = run_fmp(load_fmp_config(raw), tmp_path / "out")
     assert m["epsilon"] == pytest.approx(0.5, abs=1e-3) and m["delta"] == 1e-5
+    assert not {"fmp_s", "tables_s", "total_s"} & set(m)  # the federated stage's time grows with the data
     # per round only functions of the noised running sum, and the accountant's figures
     for h in json.loads((tmp_path / "out" / "results.json").read_text())["history"]:
         assert set(h["metrics"]) == {"qbar_mass", "qbar_support", "has_qbar", "epsilon", "delta"}

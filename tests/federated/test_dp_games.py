@@ -99,6 +99,21 @@ def test_the_game_with_fixed_size_cohorts_and_replace_one_neighbours():
     assert fixed.audit.tpr > fixed.audit.fpr  # the attack sees something; it proves less than the accountant allows
 
 
+def test_an_empty_poisson_round_of_fedlm_releases_noise_alone_and_is_accounted():
+    """The failing report's cohorts: Poisson(0.1) over 3 clients, z = 2; round 0 draws nobody."""
+    from privasr.privacy.dp.accounting import epsilon_for
+
+    sampler = Poisson(0.1)
+    assert sampler.sample(3, 0, 0).size == 0
+    alg = _fedlm()
+    steps: list[float] = []
+    res = loop.run_federated(alg, [*BASE, TARGET], rounds=5, sampler=sampler, seed=0, privacy=_gaussian(2.0)(),
+                             on_round=lambda e, st: steps.append(e.metrics["update_norm"]))
+    assert len(res.history) == 5 and all(n > 0 for n in steps)  # every round moved the model: noise alone too
+    assert res.history[-1].metrics["epsilon"] == pytest.approx(epsilon_for(2.0, 5, "poisson", q=0.1), rel=1e-9)
+    assert res.history[-1].metrics["epsilon"] == pytest.approx(0.7446, abs=1e-4)
+
+
 def test_weighted_aggregation_stays_refused_under_dp():
     with pytest.raises(ConfigError, match="weighting='uniform'"):
         FedLmConfig(clip_norm=CLIP, weighting="words")

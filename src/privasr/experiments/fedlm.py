@@ -955,9 +955,11 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     wer_eval = _WerEval(cfg, model, data) if cfg.kind == "nbest" else None
     rescored = _wer(wer_eval, main, metrics) if wer_eval is not None else {}
     tables = _tables(cfg, variants, sets.ppl_base, wer_eval, data)
-    metrics.update(data_s=data_s, nnlm_s=nnlm_s, federated_s=main["seconds"],
-                   variants_s=sum(r["seconds"] for n, r in variants.runs.items() if n != "main"),
-                   total_s=time.perf_counter() - t_start)
+    metrics.update(data_s=data_s, nnlm_s=nnlm_s)
+    if cfg.dp is None:  # a DP run publishes no time of its federated stage: it grows with the clients' data
+        metrics.update(federated_s=main["seconds"],
+                       variants_s=sum(r["seconds"] for n, r in variants.runs.items() if n != "main"),
+                       total_s=time.perf_counter() - t_start)
     write_report(cfg, out, metrics, tables, data, model, main, rescored, argv)
     return metrics
 

@@ -334,15 +334,23 @@ def run_federated(
         sampler: a :mod:`privasr.federated.sampling` sampler.
         backend: a backend (:func:`privasr.federated.backends.make_backend`); ``None``: local.
         seed: seeds every random draw (sampling, clients, noise, server).
-        min_clients: a round with fewer successful clients fails.
+        min_clients: without DP, a round that sampled clients of which fewer reported fails (one that sampled
+            nobody is skipped); with the server's DP noise it must be 1 (every round is released); with
+            distributed noise (SecAgg+), the number of noise shares a round needs.
         client_timeout: seconds after which a client is dropped (``None``: no limit).
-        privacy: differential privacy (:class:`PrivacySettings`), or ``None``.
+        privacy: differential privacy (:class:`PrivacySettings`), or ``None``; checked by :func:`check_privacy`
+            before round 0.
         checkpoint_dir: where ``state.npz`` is written after every round.
         resume: continue from ``checkpoint_dir/state.npz`` if it exists (it must come from the same run).
         key: anything JSON-able that identifies the run's data and settings beyond the arguments here; a
             checkpoint made with another key is refused.
         on_round: called with each round's :class:`RoundLog` and the new server state, before the round's
             checkpoint is written (metrics it adds to the entry are kept in it).
+
+    Raises:
+        ConfigError: bad arguments, or DP settings that would void the guarantee (:func:`check_privacy`).
+        FederatedError: a round that cannot complete (too few reports without DP, too few noise shares with
+            distributed noise) or a checkpoint of another run.
     """
     check_run_arguments(clients, rounds, min_clients, client_timeout)
     backend = backend if backend is not None else LocalBackend()

@@ -385,7 +385,10 @@ class FederationSettings:
     """A runner config's ``federated`` section (schema of :mod:`privasr.config`), every key optional.
 
     ``backend``: ``local`` | ``ray`` | ``flower``; ``backend_options``: passed to the backend; ``sampler``:
-    ``all`` or a sampler spec (:func:`make_sampler`); ``min_clients``: fewer sampled clients skip the round;
+    ``all`` or a sampler spec (:func:`make_sampler`); ``min_clients``: without DP a round that sampled clients
+    of which fewer reported fails (a round that sampled nobody is skipped); with the server's DP noise it must be
+    1 (every round is released); with distributed noise it is the number of noise shares
+    (:func:`~privasr.federated.loop.run_federated`, docs/federated.md);
     ``secagg``: secure aggregation (:class:`~privasr.federated.secagg.SecAggSettings`; ``flower`` only).
 
     >>> from privasr.config import from_mapping

@@ -861,7 +861,9 @@ def run_flower(
         rounds: the total number of rounds (a resumed run continues up to it).
         sampler: a :mod:`privasr.federated.sampling` sampler.
         seed: seeds every random draw, as in :func:`~privasr.federated.loop.run_federated`.
-        min_clients: a round with fewer successful clients fails (:class:`~privasr.federated.core.FederatedError`).
+        min_clients: as in :func:`~privasr.federated.loop.run_federated`: without DP a round with fewer
+            successful clients fails (:class:`~privasr.federated.core.FederatedError`); with the server's DP
+            noise it must be 1; with distributed noise it is the number of noise shares.
         client_timeout: seconds after a round's messages are sent after which a missing reply is dropped.
         privacy: differential privacy (:class:`~privasr.federated.loop.PrivacySettings`); in deployment mode the
             accountant is stepped in the ServerApp process and its state is loaded back into ``privacy.accountant``.
