@@ -125,3 +125,20 @@ def test_pld_at_a_tiny_noise_multiplier_is_refused_at_once(capsys: pytest.Captur
     assert out.err.startswith("warning: the PLD accountant would need") and out.out.startswith("epsilon ")
     assert "(rdp," in out.out
     assert time.perf_counter() - t0 < 10
+
+
+def test_a_privacy_warning_is_one_warning_line_and_other_warnings_are_untouched(capsys):
+    import warnings
+
+    from privasr.cli import _warning_printer
+    from privasr.errors import PrivacyWarning
+
+    others: list[tuple] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = _warning_printer(lambda *a: others.append(a))
+        warnings.warn("fedlm: noise multiplier 0: epsilon is infinite", PrivacyWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert "warning: fedlm: noise multiplier 0: epsilon is infinite" in err and "PrivacyWarning" not in err
+    assert [(str(a[0]), a[1]) for a in others] == [("something else", UserWarning)]

@@ -8,13 +8,15 @@ never as a traceback.
 from __future__ import annotations
 
 import sys
+import warnings
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from privasr import __version__
-from privasr.errors import PrivasrError
+from privasr.errors import PrivacyWarning, PrivasrError
 
 __all__ = ["app", "main"]
 
@@ -92,8 +94,28 @@ def _register() -> None:
 _register()
 
 
+def _warning_printer(fallback: Any) -> Any:
+    """A ``warnings.showwarning`` that prints a :class:`~privasr.errors.PrivacyWarning` as one ``warning:`` line
+    on stderr and hands every other warning to ``fallback`` (the one in force before)."""
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, PrivacyWarning):
+            console.print(Text.assemble(("warning: ", "bold yellow"), str(message)), highlight=False,
+                          soft_wrap=True)
+        else:
+            fallback(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status instead of raising."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(warnings.showwarning)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except PrivasrError as e:
