@@ -47,8 +47,8 @@ is **not** the number of clients that reported, which the noise does not cover (
 would tell how many took part, and with add/remove-one neighbours whether a given client did): the loop hands
 ``server_update`` a release whose weight is the data-independent expected cohort size
 (:func:`~privasr.federated.loop.dp_denominator`: ``q x N`` for Poisson sampling, ``n`` for fixed-size samplers,
-DP-FedAvg's fixed denominator). The round metrics ``loss``, ``tokens`` and ``clients`` are exact sums that the
-noise does not cover, so they are reported only without clipping (a clipped run without noise) or without DP; a
+DP-FedAvg's fixed denominator). The round metrics ``loss`` and ``tokens`` are exact sums that the noise does not
+cover, so they are reported only without ``clip_norm``, and ``clients`` (how many reported) only without DP; a
 DP round publishes only ``update_norm`` (:attr:`FedLmAlgorithm.dp_metrics`), the norm of the released step:
 post-processing.
 
