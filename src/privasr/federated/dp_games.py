@@ -31,7 +31,7 @@ FMP's games (a planted rare word, the canary count of the released sum) are
 their scores go to :func:`play_trials` in the same way.
 
 >>> import numpy as np
->>> from privasr.federated.audit import MembershipTrials
+>>> from privasr.federated.audit import MembershipTrials, fmp_aggregate_trials
 >>> rng = np.random.default_rng(0)
 >>> r = play_trials(MembershipTrials(np.r_[np.ones(100), np.zeros(100)], np.r_[np.ones(100, bool), np.zeros(100, bool)],
 ...                                  np.arange(200)), epsilon=1.0, delta=1e-5, rng=rng)
@@ -50,7 +50,7 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 from privasr.federated.algorithms._config import is_int
-from privasr.federated.audit import MembershipTrials
+from privasr.federated.audit import MembershipTrials, fmp_aggregate_trials
 from privasr.privacy.audit.bounds import AuditResult, threshold_attack
 from privasr.privacy.dp.clip import global_norm
 
@@ -201,18 +201,18 @@ def play(make_run: Callable[[bool, np.random.Generator], tuple[float, float]], n
     """
     if not is_int(n_trials) or n_trials < 4:
         raise ConfigError(f"n_trials={n_trials!r}", expected="an integer >= 4 (two halves of members and others)")
-    if not isinstance(rng, np.random.Generator):
-        raise ConfigError(f"rng is a {type(rng).__name__}", expected="a numpy.random.Generator")
-    coins = rng.random(int(n_trials)) < 0.5
-    streams = rng.spawn(int(n_trials))
-    scores = np.zeros(int(n_trials))
-    eps = np.zeros(int(n_trials))
-    for t in range(int(n_trials)):
-        scores[t], eps[t] = make_run(bool(coins[t]), streams[t])
+    epsilons: list[float] = []
+
+    def scored(member: bool, trial_rng: np.random.Generator) -> float:
+        score, epsilon = make_run(member, trial_rng)
+        epsilons.append(float(epsilon))
+        return score
+
+    trials = fmp_aggregate_trials(scored, int(n_trials), rng)  # the coins and per-trial streams of every game
+    eps = np.asarray(epsilons)
     if not np.allclose(eps, eps[0], rtol=1e-9, atol=0.0):
         raise InputError(f"the trials' epsilons range from {eps.min():.6g} to {eps.max():.6g}",
                          expected="one epsilon per configuration, independent of the data")
-    trials = MembershipTrials(scores, coins, np.arange(int(n_trials), dtype=np.int64))
     return play_trials(trials, epsilon=float(eps[0]), delta=delta, rng=rng, confidence=confidence)
 
 
