@@ -21,7 +21,7 @@ from privasr.plots._figure import Plot, Run, figure, legend, number, rows_of, se
 __all__ = ["round_curves", "ftl_convergence"]
 
 # bookkeeping of the round history that is not a learning curve
-_SKIP = frozenset({"clients", "has_qbar", "delta"})
+_SKIP = frozenset({"clients", "has_qbar", "delta", "skipped"})
 # drawn first, in this order, when present
 _FIRST = ("eval_ppl", "valid_loss", "loss", "train_loss", "wer", "epsilon", "update_norm")
 
