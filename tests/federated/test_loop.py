@@ -225,6 +225,19 @@ def test_noise_is_added_once_per_round_and_epsilon_reported():
     assert all(h.metrics["delta"] == 1e-5 for h in res.history)
 
 
+def test_cohorts_that_can_never_reach_min_clients_are_refused_before_any_work():
+    class Refuse(NoisyMean):
+        def client_update(self, *a, **k):
+            raise AssertionError("a refused run did work")
+
+    with pytest.raises(ConfigError, match="min_clients=7 but a round's cohort holds at most 6 clients"):
+        run_federated(Refuse(), _clients(), rounds=1, sampler=AllClients(), min_clients=7)
+    with pytest.raises(ConfigError, match="min_clients=3 but a round's cohort holds at most 2 clients"):
+        run_federated(Refuse(), _clients(), rounds=1, sampler=UniformWithoutReplacement(2), min_clients=3)
+    with pytest.raises(ConfigError, match="draws n=8 distinct clients a round but there are 6"):
+        run_federated(Refuse(), _clients(), rounds=1, sampler=UniformWithoutReplacement(8))
+
+
 def test_bad_arguments():
     with pytest.raises(ConfigError):
         run_federated(NoisyMean(), [], rounds=1, sampler=AllClients())

@@ -85,7 +85,8 @@ def run(
                "reported": [h.reported for h in result.history],  # None in a DP run
                **{k: v for k, v in last.items() if isinstance(v, int | float)}}
     write_results(kit, config=info, seed=info.get("seed"), metrics=metrics,
-                  data={k: v for k, v in info.get("client_folders", {}).items()},
+                  data={k: {"path": f"data/{k}", "sha256": v}  # the kit's client folders, hashed when written
+                        for k, v in info.get("client_folders", {}).items()},
                   extra={"history": [h.to_dict() for h in result.history]})
     con = Console()
     private = "epsilon" in last  # a DP run publishes no count of the clients that reported (docs/privacy.md)

@@ -171,14 +171,22 @@ class Federation:
     name: str = ""
 
 
-def check_run_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any) -> None:
-    """The checks every driver of the loop (:func:`run_federated`, the Flower ServerApp) makes before round 0.
+def check_run_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any,
+                        sampler: Any = None) -> None:
+    """The checks every driver of the loop (:func:`run_federated`, the Flower ServerApp, a deployment kit) makes
+    before round 0; with ``sampler``, also that its cohorts fit the population and can reach ``min_clients``
+    (a run that could only fail after a round is refused before any work).
 
     >>> check_run_arguments([1], 2, 1, None)
     >>> check_run_arguments([1], 2, 0, None)
     Traceback (most recent call last):
     ...
     privasr.errors.ConfigError: min_clients=0 (expected an integer >= 1)
+    >>> from privasr.federated.sampling import AllClients
+    >>> check_run_arguments([1, 2, 3], 2, 5, None, AllClients())
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: min_clients=5 but a round's cohort holds at most 3 clients (of 3, sampler 'all') (expected min_clients <= 3: every round would fail)
     """
     if isinstance(clients, str | bytes) or not hasattr(clients, "__len__"):
         raise ConfigError("clients must be a sequence")
@@ -190,6 +198,16 @@ def check_run_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, c
         raise ConfigError(f"min_clients={min_clients!r}", expected="an integer >= 1")
     if client_timeout is not None and not client_timeout > 0:
         raise ConfigError(f"client_timeout={client_timeout!r}", expected="a positive number of seconds or none")
+    if sampler is None:
+        return
+    n, kind = len(clients), getattr(sampler, "kind", None)
+    if kind == "without_replacement" and int(sampler.n) > n:
+        raise ConfigError(f"the sampler draws n={int(sampler.n)} distinct clients a round but there are {n}",
+                          expected=f"n <= {n}")
+    largest = int(sampler.n) if kind in ("without_replacement", "with_replacement") else n
+    if min_clients > largest:
+        raise ConfigError(f"min_clients={min_clients} but a round's cohort holds at most {largest} clients (of {n}, "
+                          f"sampler {kind!r})", expected=f"min_clients <= {largest}: every round would fail")
 
 
 def dp_denominator(sampler: Any, population: int) -> float:
@@ -352,7 +370,7 @@ def run_federated(
         FederatedError: a round that cannot complete (too few reports without DP, too few noise shares with
             distributed noise) or a checkpoint of another run.
     """
-    check_run_arguments(clients, rounds, min_clients, client_timeout)
+    check_run_arguments(clients, rounds, min_clients, client_timeout, sampler)
     backend = backend if backend is not None else LocalBackend()
     n = len(clients)
     if privacy is not None:

@@ -76,6 +76,11 @@ def test_bad_kits_and_settings_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="min_cohort=3"):
         write_kit(tmp_path / "small", small)
     assert not (tmp_path / "small").exists()
+    n = len(fed.clients)
+    never = Federation(fed.algorithm, fed.clients, 2, fed.sampler, min_clients=n + 2)  # every round would fail
+    with pytest.raises(ConfigError, match=f"min_clients={n + 2} but a round's cohort holds at most {n} clients"):
+        write_kit(tmp_path / "never", never)
+    assert not (tmp_path / "never").exists()
     kit = write_kit(tmp_path / "kit", fed)
     (kit / "server.pkl").unlink()
     with pytest.raises(InputError, match="server.pkl is missing"):
@@ -123,6 +128,9 @@ def test_fed_split_and_run_match_the_local_run(request, tmp_path):
     assert main(["fed", "run", str(tmp_path / "kit"), "--timeout", "900"]) == 0
     res = json.loads((tmp_path / "kit" / "results.json").read_text())
     assert res["metrics"]["reported"] == [len(fed.clients)] * fed.rounds
+    kit_info = json.loads((tmp_path / "kit" / "kit.json").read_text())
+    assert {k: v["sha256"] for k, v in res["data"].items()} == kit_info["client_folders"]  # hashes, not paths
+    assert not any(v.get("missing") for v in res["data"].values())
     from privasr.federated.tree import load_tree
 
     state = load_tree(tmp_path / "kit" / "state.npz")

@@ -896,7 +896,7 @@ def run_flower(
         A :class:`~privasr.federated.loop.FederatedResult` like :func:`~privasr.federated.loop.run_federated`'s.
     """
     _check_flower_arguments(clients, rounds, min_clients, client_timeout, checkpoint_dir, node_state_dir,
-                            mode, on_round, backend_config)
+                            mode, on_round, backend_config, sampler)
     secagg = check_secagg(secagg, algorithm, sampler, len(clients), privacy)
     ckpt, nodes_dir = _state_dirs(checkpoint_dir, node_state_dir)
     _flwr()
@@ -924,11 +924,11 @@ def run_flower(
 
 def _check_flower_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any,
                             checkpoint_dir: Any, node_state_dir: Any, mode: str, on_round: Any,
-                            backend_config: Any) -> None:
+                            backend_config: Any, sampler: Any = None) -> None:
     """The checks :func:`run_flower` makes before starting anything."""
     if mode not in FLOWER_MODES:
         raise ConfigError(f"mode={mode!r}", expected=f"one of {', '.join(FLOWER_MODES)}")
-    check_run_arguments(clients, rounds, min_clients, client_timeout)
+    check_run_arguments(clients, rounds, min_clients, client_timeout, sampler)
     if mode == "deployment" and on_round is not None:
         raise ConfigError("on_round is not supported in deployment mode (the ServerApp runs in another process)")
     if mode == "deployment" and backend_config is not None:

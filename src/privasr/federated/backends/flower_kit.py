@@ -52,7 +52,7 @@ from privasr.federated.backends.flower_deploy import (
 )
 from privasr.federated.client_store import split_clients
 from privasr.federated.credentials import Credentials, make_credentials
-from privasr.federated.loop import FederatedResult, Federation, check_run_arguments
+from privasr.federated.loop import FederatedResult, Federation, check_privacy, check_run_arguments
 
 __all__ = ["write_kit", "run_kit", "read_kit", "KIT_FILES", "DEFAULT_PORT"]
 
@@ -79,8 +79,10 @@ def write_kit(folder: str | os.PathLike[str], federation: Federation, *, hosts: 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out} exists and is not an empty folder", expected="a new folder for the kit")
     f = federation
-    check_run_arguments(f.clients, f.rounds, f.min_clients, None)
+    check_run_arguments(f.clients, f.rounds, f.min_clients, None, f.sampler)
     secagg = check_secagg(f.secagg, f.algorithm, f.sampler, len(f.clients), f.privacy)
+    if f.privacy is not None:  # DP settings that void the guarantee are refused before the kit is written
+        check_privacy(f.algorithm, f.privacy, f.sampler, len(f.clients), f.min_clients, secagg)
     names = tuple(dict.fromkeys([*hosts, *LOOPBACK_HOSTS]))
     wd = _Workdir(out.resolve())
     spec = _ServerSpec(f.algorithm, len(f.clients), f.rounds, f.sampler, int(f.seed), f.min_clients, None, f.privacy,
