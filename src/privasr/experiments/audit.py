@@ -245,13 +245,12 @@ def _bound(scores: Any, labels: Any, s: FmpAuditSettings, rng: np.random.Generat
            ) -> dict[str, Any]:
     """The attack's bound (threshold chosen on half the trials, counted on the other half) and the largest
     bound those evaluation trials could show at all (perfect separation), which limits what can be proven."""
-    from privasr.privacy.audit import epsilon_lower_bound, threshold_attack
+    from privasr.privacy.audit import threshold_attack
 
     scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
     r = threshold_attack(scores[labels], scores[~labels], delta=delta, confidence=s.confidence, rng=rng)
-    best = epsilon_lower_bound(r.tp + r.fn, 0, 0, r.fp + r.tn, delta=delta, confidence=s.confidence)
     lo, hi = float(scores[labels].min()), float(scores[~labels].max())
-    return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": float(best),
+    return {**r.to_dict(), "trials": int(scores.size), "members": int(labels.sum()), "eps_lb_max": r.eps_lb_max,
             "member_score_min": lo, "non_member_score_max": hi, "separable": lo > hi,
             "roc": roc_points(scores[labels], scores[~labels])}
 

@@ -167,19 +167,16 @@ def _fmp_game(s: DpGamesSettings, rng: np.random.Generator) -> Any:
 
     run = fmp_trial_runner(alg, clients, unused_ids(clients, 12)[-1:], sampler=AllClients(), privacy=privacy)
     trials = fmp_aggregate_trials(run, s.trials, rng)
-    acct = privacy().accountant
-    acct.step(privacy().mechanism.dp_event())
-    return play_trials(trials, epsilon=float(acct.epsilon()), delta=1e-5, rng=rng, confidence=s.confidence)
+    one = privacy()  # the accountant of one run: one release (parallel composition)
+    one.accountant.step(one.mechanism.dp_event())
+    return play_trials(trials, epsilon=float(one.accountant.epsilon()), delta=1e-5, rng=rng, confidence=s.confidence)
 
 
-def _summary(result: Any, confidence: float) -> dict[str, Any]:
+def _summary(result: Any) -> dict[str, Any]:
     from privasr.experiments.audit_runs import roc_points
-    from privasr.privacy.audit import epsilon_lower_bound
 
-    a = result.audit
     t = result.trials
-    best = epsilon_lower_bound(a.tp + a.fn, 0, 0, a.fp + a.tn, delta=result.delta, confidence=confidence)
-    return {**result.to_dict(), "eps_lb_max": float(best),
+    return {**result.to_dict(), "eps_lb_max": result.audit.eps_lb_max,
             "roc": roc_points(t.scores[t.labels], t.scores[~t.labels])}
 
 
@@ -211,15 +208,15 @@ def audit_dp_games(s: DpGamesSettings, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="privasr-dp-games-") as work, \
             progress.task("DP games", total=len(s.games)) as bar:
         for i, name in enumerate(s.games):
-            rng = np.random.default_rng([seed, 36, i])
-            play = (lambda r, n=name: _fmp_game(s, r)) if name == "fmp_laplace" else \
-                (lambda r, n=name: _fedlm_game(n, s, r, work))
-            g: dict[str, Any] = {"description": _DESCRIPTION[name], "release": _summary(play(rng), s.confidence)}
+            def play(name: str = name, i: int = i) -> Any:  # the release and its control draw alike
+                rng = np.random.default_rng([seed, 36, i])
+                return _fmp_game(s, rng) if name == "fmp_laplace" else _fedlm_game(name, s, rng, work)
+
+            g: dict[str, Any] = {"description": _DESCRIPTION[name], "release": _summary(play())}
             leak = _CONTROLS.get(name)
             if s.controls and leak is not None:
                 with planted_leak(leak):
-                    g["control"] = {"leak": leak, "what": _LEAK[leak],
-                                    **_summary(play(np.random.default_rng([seed, 36, i])), s.confidence)}
+                    g["control"] = {"leak": leak, "what": _LEAK[leak], **_summary(play())}
             games[name] = g
             bar.advance()
     return {"games": games, "refused": _refusals(s), "seconds": time.perf_counter() - t0}

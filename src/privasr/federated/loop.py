@@ -444,12 +444,6 @@ def _denominator(acc: SumAccumulator, privacy: PrivacySettings, sampler: Any, n_
     return dp_denominator(sampler, privacy.population if privacy.population is not None else n_clients)
 
 
-def _shares(backend: Any, privacy: PrivacySettings | None, min_clients: int) -> int | None:
-    """The number of noise shares that make a round's noise when the clients add it (distributed noise)."""
-    secure = getattr(backend, "secagg", None)
-    return min_clients if privacy is not None and secure is not None and secure.noise == "distributed" else None
-
-
 def _finish_round(entry: RoundLog, state: Any, history: list[RoundLog], client_states: Mapping[int, Any],
                   on_round: Callable[[RoundLog, Any], None] | None, ckpt: Path | None, run_key: str,
                   privacy: PrivacySettings | None) -> Any:
@@ -506,7 +500,7 @@ def _round_sum(algorithm: Any, backend: Any, payload: Any, tasks: list[ClientTas
             algorithm, _sized(backend.run(algorithm, payload, tasks, client_timeout), sizes), r, expected=len(tasks),
             private=privacy is not None)
         return acc, reported, dropped, new_states, client_s, _upload_metrics(algorithm, sizes, privacy), None
-    parts = _shares(backend, privacy, min_clients)
+    parts = min_clients if privacy is not None and secure.noise == "distributed" else None
     noise = None if parts is None or privacy is None else (privacy.mechanism.to_spec(), parts)
     outs, acc, clipped = backend.run_secure(algorithm, payload, tasks, client_timeout, noise)
     _, reported, dropped, new_states, client_s = _gather(algorithm, outs, r, summed=True, private=privacy is not None)

@@ -13,7 +13,7 @@ import numpy as np
 from privasr.config import from_mapping
 from privasr.errors import ConfigError, InputError
 from privasr.federated.compression import compress, decompress
-from privasr.federated.core import Update
+from privasr.federated.core import SumAccumulator, Update
 
 __all__ = ["config_from_dict", "is_real", "is_int", "check_params", "load_params", "params_of", "TorchModelAlgorithm"]
 
@@ -145,6 +145,11 @@ class TorchModelAlgorithm:
     def broadcast(self, state: Mapping[str, Any], round: int) -> dict[str, np.ndarray]:
         """The global parameters."""
         return dict(state["params"])
+
+    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
+        """The sum of no delta (zeros of the parameters' shapes): what a DP round nobody reported releases,
+        noised (:func:`~privasr.federated.loop.run_federated`)."""
+        return SumAccumulator({k: np.zeros(np.shape(v)) for k, v in state["params"].items()})
 
     # -- compressed deltas (the subclass's ``config.compression``, privasr.federated.compression) -----------
 

@@ -455,10 +455,6 @@ class FedLmAlgorithm(TorchModelAlgorithm):
                                        "a sum of clipped, unweighted deltas")
         return "l2", float(self.config.clip_norm)
 
-    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
-        """The sum of no delta (zeros of the parameters' shapes): what a round nobody reported releases, noised."""
-        return SumAccumulator({k: np.zeros(np.shape(v)) for k, v in state["params"].items()})
-
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:
         """``Delta = sum / weight`` (eq. 6), then one server optimiser step (eqs. 7-11 for Adam).

@@ -393,10 +393,6 @@ class FtlAlgorithm(TorchModelAlgorithm):
                                        "step's gradient, not what a client sends")
         return "l2", float(self.config.delta_clip)
 
-    def zero_sum(self, state: Mapping[str, Any]) -> SumAccumulator:
-        """The sum of no delta (zeros of the parameters' shapes): what a round nobody reported releases, noised."""
-        return SumAccumulator({k: np.zeros(np.shape(v)) for k, v in state["params"].items()})
-
     def server_update(self, state: Mapping[str, Any], acc: SumAccumulator | SoftmaxAccumulator | None, round: int,
                       rng: np.random.Generator) -> tuple[dict[str, Any], dict[str, float]]:
         """The weighted mean of the deltas, one server optimiser step, then ``replay_steps`` replay steps.

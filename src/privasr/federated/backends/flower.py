@@ -80,6 +80,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,22 @@ def _flwr() -> None:
         raise ConfigError("the flower backend needs Flower", expected="pip install 'privasr[federated]'") from e
     if os.environ["FLWR_TELEMETRY_ENABLED"] != "1":
         telemetry.FLWR_TELEMETRY_ENABLED = "0"
+
+
+@contextmanager
+def flower_log_level(level: int) -> Iterator[None]:
+    """Flower's logger (``flwr``) at ``level`` for a ``with`` block, restored after. Flower is imported first:
+    it sets its logger's level when first imported, which would undo a level set before."""
+    _flwr()
+    import flwr.common.logger  # noqa: F401
+
+    flwr_logger = logging.getLogger("flwr")
+    saved = flwr_logger.level
+    flwr_logger.setLevel(level)
+    try:
+        yield
+    finally:
+        flwr_logger.setLevel(saved)
 
 
 # -- pytrees as records --------------------------------------------------------------------------------------
@@ -908,18 +925,12 @@ def run_flower(
     spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout, privacy,
                        on_round, collect_client_states, float(node_wait), 0.2,
                        None if ckpt is None else str(ckpt), bool(resume), key, secagg)
-    flwr_logger = logging.getLogger("flwr")
-    level = flwr_logger.level
-    if quiet:
-        flwr_logger.setLevel(logging.ERROR)
-    try:
+    with flower_log_level(logging.ERROR) if quiet else nullcontext():
         if mode == "simulation":
             return _run_simulation(spec, clients, backend_config, nodes_dir)
         if resume and ckpt is not None and _checkpoint_round(ckpt / CHECKPOINT_NAME):  # the loop runs elsewhere
             progress.note(f"resuming from round {_checkpoint_round(ckpt / CHECKPOINT_NAME)} (checkpoint {ckpt})")
         return _run_deployment(spec, clients, nodes_dir, run_timeout=run_timeout, keep_workdir=keep_workdir)
-    finally:
-        flwr_logger.setLevel(level)
 
 
 def _check_flower_arguments(clients: Sequence[Any], rounds: Any, min_clients: Any, client_timeout: Any,

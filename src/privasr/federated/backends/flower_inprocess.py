@@ -223,27 +223,25 @@ def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sample
     """
     from pathlib import Path
 
-    from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, make_client_app
+    from privasr.federated.backends.flower import (
+        _serve,
+        _ServerSpec,
+        check_secagg,
+        flower_log_level,
+        make_client_app,
+    )
     from privasr.federated.backends.flower_deploy import _dump
 
     secure = check_secagg(secagg, algorithm, sampler, len(clients), privacy)
     path = Path(workdir) / f"clients-{uuid.uuid4().hex}.pkl"
     path.parent.mkdir(parents=True, exist_ok=True)
     _dump(path, (algorithm, list(clients)))
-    import flwr.common.logger  # noqa: F401  (Flower sets its logger's level when first imported)
-
-    flwr_log = logging.getLogger("flwr")  # Flower logs every SecAgg+ stage of every node: warnings only here
-    level, propagate = flwr_log.level, flwr_log.propagate
-    flwr_log.setLevel(logging.WARNING)
-    flwr_log.propagate = False
-    try:
-        with task_identity():
+    try:  # Flower logs every SecAgg+ stage of every node: warnings only here
+        with flower_log_level(logging.WARNING), task_identity():
             grid = InProcessGrid(make_client_app(path, None, secure=secure is not None), len(clients),
                                  keep_messages=False)
             spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout,
                                privacy, None, False, 5.0, 0.01, secagg=secure)
             return _serve(grid, spec)
     finally:
-        flwr_log.setLevel(level)
-        flwr_log.propagate = propagate
         path.unlink(missing_ok=True)

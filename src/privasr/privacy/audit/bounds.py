@@ -219,6 +219,17 @@ class AuditResult:
                    threshold=None if threshold is None else float(threshold),
                    fpr_hi=float(fpr_hi), fnr_hi=float(fnr_hi))
 
+    @property
+    def eps_lb_max(self) -> float:
+        """The largest bound these trials could prove at all: a perfect attack on as many member and non-member
+        trials (what limits what the audit can show).
+
+        >>> round(AuditResult.from_counts(3, 97, 0, 100).eps_lb_max, 3)  # 100 + 100 trials, perfectly separated
+        3.281
+        """
+        return epsilon_lower_bound(self.tp + self.fn, 0, 0, self.fp + self.tn, delta=self.delta,
+                                   confidence=self.confidence)
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-friendly dict (plain ints and floats).
 
