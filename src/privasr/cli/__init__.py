@@ -60,6 +60,7 @@ def _register() -> None:
         data,
         decode,
         demo,
+        device,
         fed,
         fedlm,
         fmp,
@@ -80,6 +81,8 @@ def _register() -> None:
     app.add_typer(fedlm.app, name="fedlm")
     app.add_typer(ftl.app, name="ftl")
     app.add_typer(fed.app, name="fed")
+    app.add_typer(device.serve_app, name="serve")
+    app.add_typer(device.device_app, name="device")
     app.add_typer(confidence.app, name="confidence")
     app.add_typer(anon.app, name="anon")
     app.command("demo")(demo.demo)

@@ -70,12 +70,22 @@ def split(
 def run(
     kit: Path = typer.Argument(..., help="A kit written by `privasr fed split`."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds the run may take (default: no limit)."),
+    devices: list[Path] = typer.Option([], "--devices", help="A `privasr serve` kit's device folders, device i "
+                                                             "i-th (repeat the option)."),
+    replays: list[Path] = typer.Option([], "--replay", help="With --devices: one replay folder per device "
+                                                            "(`privasr device replay`), device i i-th."),
 ) -> None:
-    """Run a kit on this machine: a SuperLink and one SuperNode per client folder over TLS, then the run."""
+    """Run a kit on this machine: a SuperLink and one SuperNode per client folder (or device) over TLS, then
+    the run."""
     from privasr.federated.backends.flower_kit import read_kit, run_kit
     from privasr.federated.tree import save_tree
     from privasr.results import write_results
 
+    if (kit / "kit.json").is_file() and '"kind": "serve"' in (kit / "kit.json").read_text():
+        _run_serve(kit, devices, timeout, replays)
+        return
+    if devices:
+        raise ConfigError("--devices is for kits written by `privasr serve`", expected="a serve kit")
     info = read_kit(kit)
     with Console(stderr=True).status(f"running {info.get('name') or 'the kit'}: {info['clients']} SuperNodes"):
         result = run_kit(kit, run_timeout=timeout)
@@ -95,6 +105,25 @@ def run(
                  else f"clients per round {metrics['reported']}")
               + (f", epsilon {last['epsilon']:.3g}" if private else ""))
     con.print(f"[bold]results:[/] {kit / 'results.json'}  [bold]state:[/] {kit / 'state.npz'}")
+
+
+def _run_serve(kit: Path, devices: list[Path], timeout: float | None, replays: list[Path]) -> None:
+    from privasr.federated.backends.flower_serve import read_serve_kit, run_serve_kit
+    from privasr.federated.tree import save_tree
+    from privasr.results import write_results
+
+    info = read_serve_kit(kit)
+    with Console(stderr=True).status(f"running {info.get('name') or 'the kit'}: {info['devices']} devices"):
+        result = run_serve_kit(kit, devices, run_timeout=timeout, replays=replays or None)
+    save_tree(kit / "state.npz", result.state)
+    last = result.history[-1].metrics if result.history else {}
+    metrics = {"rounds": len(result.history), "resumed_from": result.resumed_from,
+               "reported": [h.reported for h in result.history],
+               **{k: v for k, v in last.items() if isinstance(v, int | float)}}
+    write_results(kit, config=info, seed=info.get("run", {}).get("seed"), metrics=metrics,
+                  data={"bundle": {"path": "bundle", "sha256": info["bundle"]}},
+                  extra={"history": [h.to_dict() for h in result.history]})
+    Console().print(f"{len(result.history)} rounds; [bold]results:[/] {kit / 'results.json'}")
 
 
 @app.command("credentials")

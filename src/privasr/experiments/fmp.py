@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -433,26 +433,30 @@ class _Tuned:
     seconds: float
 
 
-def load_data(cfg: FmpRunConfig, info: dict[str, Any]) -> tuple[list[NBest], list[NBest]]:
+def load_data(cfg: FmpRunConfig, info: dict[str, Any], *, test: bool = True) -> tuple[list[NBest], list[NBest]]:
     """Stage 1: the dev and test N-best sets (or one set split by key, recorded in ``info["split"]``), each
-    utterance with a reference and the first-pass scores the combination needs."""
+    utterance with a reference and the first-pass scores the combination needs. ``test=False`` (the operator's
+    side of a deployment, :func:`operator_side`) never opens the test data: the devices hold it."""
     from privasr.corpus.load import load_nbest
     from privasr.corpus.partition import split_by_key
 
     d = cfg.data
     assert d is not None
     if d.nbest is not None:
+        if not test:
+            raise ConfigError("a deployment's operator cannot split one N-best set into dev and test: the test "
+                              "half is the devices' data", expected="data.dev (the operator's) and data.test")
         assert d.split is not None
-        dev, test, dev_keys, test_keys = split_by_key(load_nbest(d.nbest, None), d.split.key, d.split.dev)
+        dev, test_set, dev_keys, test_keys = split_by_key(load_nbest(d.nbest, None), d.split.key, d.split.dev)
         info["split"] = {"key": d.split.key, "dev": dev_keys, "test": test_keys}
-        if not dev or not test:
+        if not dev or not test_set:
             raise InputError(f"the {d.split.key} split leaves an empty dev or test set", path=d.nbest)
     else:
         assert d.dev is not None and d.test is not None
         dev = load_nbest(d.dev, None)
-        test = load_nbest(d.test, None)
+        test_set = load_nbest(d.test, None) if test else []
     needed = (["am"] if cfg.combine.prior == "am" else []) + (["lm"] if cfg.combine.first_pass_lm else [])
-    for name, recs in (("dev", dev), ("test", test)):
+    for name, recs in (("dev", dev), ("test", test_set)):
         for nb in recs:
             if nb.ref is None:
                 raise InputError(f"{name} utterance {nb.utt_id} has no reference",
@@ -461,7 +465,7 @@ def load_data(cfg: FmpRunConfig, info: dict[str, Any]) -> tuple[list[NBest], lis
                 raise InputError(f"{name} utterance {nb.utt_id} has a hypothesis without {'/'.join(needed)} scores",
                                  expected="those first-pass scores on every hypothesis, or combine.prior: rank "
                                           "and combine.first_pass_lm: false for rank-only lists")
-    return dev, test
+    return dev, test_set
 
 
 _ARPA_SUFFIXES = (".arpa", ".arpa.gz", ".arpa.xz", ".arpa.bz2", ".lm", ".lm.gz", ".lm.xz", ".lm.bz2")
@@ -569,7 +573,7 @@ def _ngram_vocab(lm: Any) -> Any:
     return WordIds(("<unk>", "<s>", "</s>", *(w for w in lm.vocab if w not in ("<unk>", "<s>", "</s>"))))
 
 
-def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
+def prepare(cfg: FmpRunConfig, out: Path, *, test: bool = True) -> _Prepared:
     """Stages 1-3: load the data, build the NNLM (:func:`privasr.rescore.lms.build_lm`), estimate ``u(w)``,
     score both sets with the NNLM and tune the baseline's weights on dev; the background bigram when the run or
     a table uses personal bigrams. Timings go into ``info``."""
@@ -580,7 +584,7 @@ def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     assert cfg.nnlm is not None
     info: dict[str, Any] = {}
     t0 = time.perf_counter()
-    dev, test = load_data(cfg, info)
+    dev, test_set = load_data(cfg, info, test=test)
     info["load_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache_dir = cfg.cache_dir if cfg.cache_dir is not None else out / "lm"
@@ -592,7 +596,7 @@ def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
     u, bg_sents, info["background"] = background(cfg, vocab)
     cache = LMScoreCache(lm)
     dev_table = score_table(dev, {"nnlm": cache})
-    test_table = score_table(test, {"nnlm": cache})
+    test_table = score_table(test_set, {"nnlm": cache})
     info["score_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     comb = Combination(prior=cfg.combine.prior, lms=(("lm",) if cfg.combine.first_pass_lm else ()) + ("nnlm",))
@@ -611,9 +615,9 @@ def prepare(cfg: FmpRunConfig, out: Path) -> _Prepared:
         unk = vocab.unk_id
         bigram = BackgroundBigram.from_sentences(
             [[i for i in vocab.encode(s) if i != unk] for s in bg_sents], len(vocab), prior=cfg.bigram_prior)
-    return _Prepared(dev, test, vocab, u, comb.totals(dev_table, res.weights), comb.totals(test_table, res.weights),
-                     np.asarray(dev_table.offsets), np.asarray(test_table.offsets), np.asarray(obj.hyp_errors),
-                     dict(res.weights), info, bigram, lm)
+    return _Prepared(dev, test_set, vocab, u, comb.totals(dev_table, res.weights),
+                     comb.totals(test_table, res.weights), np.asarray(dev_table.offsets),
+                     np.asarray(test_table.offsets), np.asarray(obj.hyp_errors), dict(res.weights), info, bigram, lm)
 
 
 def _privacy(dp: Mapping[str, Any] | None, composition: str) -> Any:
@@ -779,6 +783,43 @@ def federation(cfg: FmpRunConfig, out: str | Path) -> Any:
     fed = cfg.federated
     return Federation(alg, test_clients, rounds + 1, fed.make_sampler(), cfg.seed, fed.min_clients, privacy,
                       fed.secagg, key={"experiment": "fmp", "name": cfg.name}, name=cfg.name)
+
+
+def operator_side(cfg: FmpRunConfig, out: str | Path, devices: int) -> tuple[Any, Callable[..., str]]:
+    """The operator's half of a deployment (``privasr serve fmp``): the stages before the federated run on the
+    operator's own data only -- the NNLM (trained on its background text), the baseline's weights and ``lam``
+    tuned on ``data.dev`` -- never opening ``data.test`` (the devices' lists).
+
+    Returns:
+        The server's :class:`~privasr.federated.loop.Federation` over ``devices`` clients (each ``None``: the
+        devices hold them) and ``write(folder, run) -> hash``, which writes the devices' bundle
+        (:func:`~privasr.device.fmp.write_fmp_bundle`).
+
+    Raises:
+        ConfigError: a config whose test set is cut out of one N-best file with dev (the operator would read it).
+    """
+    from privasr.device.fmp import write_fmp_bundle
+    from privasr.federated.loop import Federation
+    from privasr.rescore.combine import Combination
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    p = prepare(cfg, out, test=False)
+    key, rounds, bw, oc = cfg.clients.key, cfg.fmp.rounds, p.bias_weight, cfg.oracle_cache
+    dev_clients = build_clients(p.dev, p.dev_totals, p.dev_offsets, p.vocab, key, rounds, bw, oc)
+    norm = nnlm_normalizer(p.lm, p.dev) if cfg.normalize else None
+    tuned = tune_lam(cfg, p, dev_clients, norm)
+    alg, privacy = _algorithm(p.u, tuned.fmp, tuned.lam, rounds, cfg.dp_mapping(), p.bigram, norm)
+    fed = cfg.federated
+    comb = Combination(prior=cfg.combine.prior, lms=(("lm",) if cfg.combine.first_pass_lm else ()) + ("nnlm",))
+    federation = Federation(alg, [None] * int(devices), rounds + 1, fed.make_sampler(), cfg.seed, fed.min_clients,
+                            privacy, fed.secagg, key={"experiment": "fmp", "name": cfg.name}, name=cfg.name)
+
+    def write(folder: str | Path, run: Mapping[str, Any]) -> str:
+        return write_fmp_bundle(folder, algorithm=alg, lm=p.lm, weights=p.weights, combination=comb,
+                                bias_weight=bw, rounds=rounds + 1, run=run)
+
+    return federation, write
 
 
 def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -698,6 +698,9 @@ class FmpAlgorithm:
             every history. It needs the NNLM on the device (the experiment runner passes
             :func:`privasr.federated.algorithms.fmp_data.nnlm_normalizer`); clients then hold the whole ``qbar``. Personal
             bigram factors, when on, stay unnormalised.
+        hold_all: keep the whole ``qbar`` on the client between rounds. By default a client keeps ``qbar`` only
+            at the words of its groups still to come (it knows them in a simulation); a device does not know which
+            words it will decode next (:class:`~privasr.device.fmp.FmpDeviceModel`). The results are the same.
 
     Raises:
         ConfigError: if ``config`` is not an :class:`FmpConfig`.
@@ -714,7 +717,8 @@ class FmpAlgorithm:
 
     def __init__(self, config: FmpConfig, background: np.ndarray,
                  background_bigram: BackgroundBigram | None = None,
-                 normalizer: Callable[[FmpUtterance, np.ndarray], np.ndarray] | None = None) -> None:
+                 normalizer: Callable[[FmpUtterance, np.ndarray], np.ndarray] | None = None, *,
+                 hold_all: bool = False) -> None:
         if not isinstance(config, FmpConfig):
             raise ConfigError(f"FMP config is a {type(config).__name__}", expected="an FmpConfig")
         try:
@@ -745,6 +749,7 @@ class FmpAlgorithm:
         if normalizer is not None and not callable(normalizer):
             raise ConfigError(f"normalizer is a {type(normalizer).__name__}", expected="a callable or None")
         self.normalizer = normalizer
+        self.hold_all = bool(hold_all)
 
     def config_dict(self) -> dict[str, Any]:
         """The configuration (part of the loop's checkpoint key)."""
@@ -944,8 +949,8 @@ class FmpAlgorithm:
             st["held"], st["held_ids"], st["held_qbar"] = False, _EMPTY_IDS.copy(), _EMPTY_VALS.copy()
         else:
             # exact normalisation needs qbar at every word, not only the words still to come
-            future = client.vocab_from(st["next_group"]) if self.normalizer is None else \
-                np.arange(self.vocab_size, dtype=np.int64)
+            future = client.vocab_from(st["next_group"]) if self.normalizer is None and not self.hold_all \
+                else np.arange(self.vocab_size, dtype=np.int64)
             self._check_ids(client, future)
             st["held"], st["held_ids"], st["held_qbar"] = True, future, qbar[future]
         ids, counts = self._outgoing(st)

@@ -254,17 +254,24 @@ def _node_data(context: Any, algorithm_path: str) -> tuple[Any, Any]:
     return algorithm, clients
 
 
-def _node_train(message: Any, context: Any, data_path: str, state_dir: str | None) -> Any:
+def _node_train(message: Any, context: Any, source: str | Callable[[Any, int], tuple[Any, Any]],
+                state_dir: str | None) -> Any:
+    """Handle a ``train`` message: run the node's client (``source(context, epoch)`` gives the algorithm and
+    ``{index: client}``; a path: :func:`_node_data` of the pickled algorithm there) from the state the server
+    named, keep the new state, reply with the update (or, under SecAgg+, the masked summand)."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
     from privasr.federated.backends.local import describe_failure
 
-    algorithm, clients = _node_data(context, data_path)
     task = message.content["privasr.task"]
     index = int(context.node_config["partition-id"])
     if int(task["index"]) != index:
         raise FederatedError(f"a message for client {task['index']} reached the node of client {index}")
     epoch = int(task["epoch"])
+    if callable(source):
+        algorithm, clients = source(context, epoch)
+    else:
+        algorithm, clients = _node_data(context, source)
     slots = [int(s) for s in task["slots"]]
     store = _NodeStates(context, _node_folder(context, state_dir), str(task.get("run", "")))
     out = RecordDict()

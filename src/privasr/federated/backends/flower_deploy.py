@@ -259,7 +259,8 @@ class _Processes:
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with open(self.logs / f"{name}.log", "wb") as out:
             proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.logs)
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.logs,
+                                    preexec_fn=_die_with_parent)
         self.procs.append((name, proc))
         return proc
 
@@ -293,6 +294,19 @@ class _Processes:
             except subprocess.TimeoutExpired:  # pragma: no cover
                 pass
         self.procs = []
+
+
+def _die_with_parent() -> None:
+    """In a child before ``exec``: have the kernel send it SIGTERM when its parent (the launcher) dies, even by
+    SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing). Flower's processes pass the watch on: the
+    SuperLink's and SuperNode's own children watch their parent's pid."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
 
 
 def _descendants(pid: int) -> set[int]:

@@ -1,0 +1,162 @@
+"""``privasr serve`` (the operator's side) and ``privasr device`` (each device's own side) of a deployment
+whose devices hold their own data.
+
+* ``privasr serve fmp --config CONFIG --devices N --out KIT``: the operator's stages on its own data only (the
+  NNLM's text, ``data.dev``), then the kit (:mod:`privasr.federated.backends.flower_serve`): the bundle, a
+  code-free Flower app, the server's spec, credentials, commands. ``data.test`` is never opened.
+* ``privasr device init DEVICE --bundle B --bundle-hash H --index I --trust-app FAB``: a device folder
+  (:mod:`privasr.device.folder`).
+* ``privasr device serve DEVICE --runtime-api HOST:PORT``: serve the device's SuperNode
+  (``--isolation process``) with privasr's installed ClientApp (:mod:`privasr.device.runtime`).
+* ``privasr device rescore DEVICE --out FILE``: the user's personalised 1-best of its own lists.
+* ``privasr device status DEVICE``: the ledger (files used per round, files set aside and why).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from privasr.errors import ConfigError, InputError
+
+__all__ = ["serve_app", "device_app"]
+
+serve_app = typer.Typer(help="The operator's side of a deployment whose devices hold their own data.",
+                        no_args_is_help=True)
+device_app = typer.Typer(help="A device's own side of a deployment: its folder, its SuperNode's ClientApp, "
+                              "its personalised 1-best.", no_args_is_help=True)
+
+
+@serve_app.command("fmp")
+def serve_fmp(
+    config: Path = typer.Option(..., "--config", help="An FMP config (data.dev is the operator's; data.test is "
+                                                      "never opened)."),
+    devices: int = typer.Option(..., "--devices", help="The number of devices (one key pair each)."),
+    out: Path = typer.Option(..., "--out", help="The kit's folder (new)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
+    hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
+    port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+) -> None:
+    """Prepare FMP on the operator's own data and write the kit the devices and the server need."""
+    from privasr.config import apply_overrides, parse_overrides, read_config
+    from privasr.experiments.fmp import load_fmp_config, operator_side
+    from privasr.federated.backends.flower_serve import write_serve_kit
+
+    if devices < 1:
+        raise ConfigError(f"--devices {devices}", expected="at least 1")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty folder", expected="a new folder for the kit")
+    raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    try:
+        cfg = load_fmp_config(raw)
+    except InputError as e:
+        raise e.at(config) from None
+    work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
+    with Console(stderr=True).status(f"preparing fmp ({cfg.name}) on the operator's data"):
+        federation, write = operator_side(cfg, work, devices)
+        kit = write_serve_kit(out, federation, write, hosts=hosts, port=port)
+    import json
+
+    info = json.loads((kit / "kit.json").read_text())
+    con = Console()
+    con.print(f"{devices} devices, {federation.rounds} rounds"
+              + (", secure aggregation" if getattr(federation.secagg, "enabled", False) else "")
+              + (", differential privacy" if federation.privacy is not None else ""))
+    con.print(f"[bold]bundle:[/] {kit / 'bundle'} sha256 {info['bundle']}")
+    con.print(f"[bold]app:[/] sha256 {info['app']}")
+    con.print(f"[bold]commands:[/] {kit / 'COMMANDS.md'}")
+
+
+@device_app.command("init")
+def init(
+    folder: Path = typer.Argument(..., help="The device's folder (new, or holding only inbox/)."),
+    bundle: Path = typer.Option(..., "--bundle", help="The operator's bundle folder."),
+    bundle_hash: str = typer.Option(..., "--bundle-hash", help="The bundle's SHA-256, as the operator published it."),
+    index: int = typer.Option(..., "--index", help="This device's index in the run (0 .. devices-1)."),
+    trust_app: list[str] = typer.Option([], "--trust-app", help="The SHA-256 of an app this device serves "
+                                                                 "(repeatable)."),
+    inbox: Path | None = typer.Option(None, "--inbox", help="The user's files (default DEVICE/inbox)."),
+    name: str | None = typer.Option(None, "--name", help="The client's name (never leaves the device)."),
+) -> None:
+    """Make a device folder: check and copy the bundle, record the trusted app hashes."""
+    from privasr.device.folder import init_device
+    from privasr.device.node import Device
+
+    d = init_device(folder, bundle=bundle, bundle_hash=bundle_hash, index=index, name=name, inbox=inbox,
+                    trusted_apps=tuple(trust_app))
+    Device(d.root)  # the bundle builds a model here
+    Console().print(f"device {d.index} ({d.name}): put its N-best files into {d.inbox}")
+
+
+@device_app.command("serve")
+def serve(
+    folder: Path = typer.Argument(..., help="The device's folder."),
+    runtime_api: str = typer.Option(..., "--runtime-api", help="The SuperNode's Runtime API (its --host:--port), "
+                                                               "started with --isolation process."),
+    max_tasks: int | None = typer.Option(None, "--max-tasks", help="Stop after this many tasks (default: never)."),
+    replay: Path | None = typer.Option(None, "--replay", help="A replay folder (privasr.device.folder.write_replay):"
+                                                              " round r's files enter the inbox before round r."),
+) -> None:
+    """Serve the device's SuperNode with privasr's installed ClientApp, for trusted apps only."""
+    from privasr.device.node import Device
+    from privasr.device.runtime import serve as serve_loop
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
+    device = Device(folder, replay=replay)
+    counts = serve_loop(device, runtime_api, max_tasks=max_tasks)
+    Console().print(f"tasks: {counts}")
+
+
+@device_app.command("rescore")
+def rescore(
+    folder: Path = typer.Argument(..., help="The device's folder."),
+    out: Path = typer.Option(..., "--out", help="The 1-best file (new): one 'utt_id words' line per utterance."),
+) -> None:
+    """Write the user's personalised 1-best of every list on the device (nothing leaves the device)."""
+    from privasr.device.node import Device
+    from privasr.outputs import check_output_file
+
+    check_output_file(out)
+    best = Device(folder).rescore()
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("".join(f"{u} {t}\n" for u, t in best), encoding="utf-8")
+    tmp.replace(out)
+    Console().print(f"{len(best)} utterances -> {out}")
+
+
+@device_app.command("replay")
+def replay(
+    nbest: Path = typer.Option(..., "--nbest", help="An N-best set (any format privasr reads)."),
+    rounds: int = typer.Option(..., "--rounds", help="The run's rounds minus one (FMP's fmp.rounds)."),
+    out: Path = typer.Option(..., "--out", help="A new folder: one replay folder per client."),
+    key: str = typer.Option("client", "--key", help="What a device is: client (meeting) or speaker."),
+) -> None:
+    """Cut an N-best set into per-device replay folders (a test bed standing in for phones that decode over a
+    run): ``privasr device serve --replay OUT/<i>`` feeds round r's files to the device before round r."""
+    from privasr.corpus.load import load_nbest
+    from privasr.device.folder import write_replay
+
+    made = write_replay(load_nbest(nbest), out, key=key, rounds=rounds)
+    con = Console()
+    for i, (name, folder) in enumerate(made):
+        con.print(f"device {i}: {name} -> {folder}")
+
+
+@device_app.command("status")
+def status(folder: Path = typer.Argument(..., help="The device's folder.")) -> None:
+    """Which files went into which round, and which were set aside (and why)."""
+    from privasr.device.folder import DeviceFolder
+
+    d = DeviceFolder(folder)
+    led = d.ledger()
+    con = Console()
+    for r in d.taken_rounds():
+        con.print(f"round {r}: {len(led['rounds'][str(r)])} file(s)")
+    for name, e in sorted(led["files"].items()):
+        if e.get("status") == "set-aside":
+            con.print(f"set aside: {name}: {e.get('error')}")

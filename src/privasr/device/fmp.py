@@ -1,0 +1,192 @@
+"""FMP's model bundle: the operator writes it from public and operator-owned data; a device reads it and turns
+its own raw N-best lists into FMP utterances with it.
+
+What the bundle holds (:func:`write_fmp_bundle`):
+
+* ``settings.json``: ``fmp`` (the :class:`~privasr.federated.algorithms.fmp.FmpConfig`, ``lam`` included, tuned
+  on the operator's dev data), ``normalized``, ``rescoring`` (the first-pass combination: ``prior``, ``lms``,
+  ``mode``, ``prior_weight``, the tuned ``weights`` and FMP's ``bias_weight``), ``nnlm`` (the neural LM's
+  configuration and vocabulary), ``rounds`` and ``run`` (the run's public settings: devices, sampler, seed, DP,
+  SecAgg; for the record, the server enforces them);
+* ``arrays.npz``: ``background`` (``u(w)``, float64 ``[V]``), ``nnlm/<parameter>`` (the NNLM's weights, float32,
+  as ``state_dict`` names them) and, for personal bigrams, ``bigram/keys``, ``bigram/counts``,
+  ``bigram/history`` and ``bigram/prior``.
+
+On the device (:class:`FmpDeviceModel`) the NNLM is rebuilt by the installed privasr
+(:func:`~privasr.lm.neural.models.build_model`, then ``load_state_dict``): the device scores its own
+hypotheses exactly as the simulation's operator-side client preparation does
+(:func:`~privasr.rescore.combine.score_table` with the same combination and weights), so the same N-best lists
+give the same FMP inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privasr.corpus.records import NBest
+from privasr.device.bundle import Bundle, read_bundle, write_bundle
+from privasr.errors import ConfigError, InputError
+
+__all__ = ["write_fmp_bundle", "FmpDeviceModel", "FMP_BUNDLE"]
+
+FMP_BUNDLE = "fmp"
+"""The bundle kind of FMP."""
+
+
+def write_fmp_bundle(folder: str | os.PathLike[str], *, algorithm: Any, lm: Any, weights: Mapping[str, Any],
+                     combination: Any, bias_weight: float, rounds: int,
+                     run: Mapping[str, Any] | None = None) -> str:
+    """Write FMP's bundle into the new folder ``folder``; its hash.
+
+    Args:
+        algorithm: the server's :class:`~privasr.federated.algorithms.fmp.FmpAlgorithm` (its config, ``u(w)`` and
+            background bigram go into the bundle).
+        lm: the NNLM, a :class:`~privasr.lm.neural.scorer.NeuralLM` (its weights go in as arrays).
+        weights: the tuned combination weights; ``combination``: the
+            :class:`~privasr.rescore.combine.Combination` they belong to.
+        bias_weight: FMP's log-factor weight (the NNLM's tuned weight).
+        rounds: the run's number of rounds.
+        run: the run's public settings (devices, sampler, DP, SecAgg), recorded for the device.
+
+    Raises:
+        ConfigError: an NNLM that is not a neural LM, a non-empty folder.
+    """
+    model = getattr(lm, "model", None)
+    cfg = getattr(model, "config", None)
+    if model is None or cfg is None or not hasattr(lm, "vocab"):
+        raise ConfigError(f"FMP's bundle needs a neural NNLM, not a {type(lm).__name__}",
+                          expected="nnlm.neural in the config (an n-gram NNLM stand-in cannot be bundled yet)")
+    arrays: dict[str, np.ndarray] = {"background": np.asarray(algorithm.background, dtype=np.float64)}
+    for name, t in model.state_dict().items():
+        arrays[f"nnlm/{name}"] = t.detach().cpu().numpy()
+    bg = algorithm.background_bigram
+    if bg is not None:
+        arrays.update({"bigram/keys": bg.keys, "bigram/counts": bg.counts, "bigram/history": bg.history,
+                       "bigram/prior": np.asarray([bg.prior])})
+    comb = {"prior": combination.prior, "lms": list(combination.lms), "mode": combination.mode,
+            "prior_weight": combination.prior_weight, "weights": dict(weights), "bias_weight": float(bias_weight)}
+    settings = {"fmp": algorithm.config.to_dict(), "normalized": algorithm.normalizer is not None,
+                "rescoring": comb, "rounds": int(rounds),
+                "nnlm": {"config": cfg.to_dict(), "vocab": json.loads(lm.vocab.to_json())},
+                "run": dict(run or {})}
+    return write_bundle(folder, FMP_BUNDLE, settings, arrays)
+
+
+@dataclass
+class FmpDeviceModel:
+    """What a device builds from FMP's bundle: the NNLM, the combination and its weights, the algorithm's
+    settings. Everything is made by installed code from arrays and JSON.
+
+    Attributes:
+        bundle: the read bundle.
+        lm: the NNLM (:class:`~privasr.lm.neural.scorer.NeuralLM`, on the CPU).
+        combination, weights, bias_weight: the first-pass combination, its tuned weights and FMP's weight.
+        rounds: the run's number of rounds.
+    """
+
+    bundle: Bundle
+    lm: Any
+    combination: Any
+    weights: dict[str, Any]
+    bias_weight: float
+    rounds: int
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], *, expected: str | None = None) -> FmpDeviceModel:
+        """Read FMP's bundle from ``folder`` (:func:`~privasr.device.bundle.read_bundle`) and build the model.
+
+        Raises:
+            InputError: a bundle that is not FMP's, has another hash than ``expected``, or whose settings or
+                arrays do not make a model (naming the bundle's file).
+        """
+        b = read_bundle(folder, expected=expected)
+        if b.kind != FMP_BUNDLE:
+            raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected="FMP's bundle")
+        s = b.settings
+        where = b.folder / "settings.json"
+        try:
+            import torch
+
+            from privasr.lm.neural.models import NeuralLMConfig, build_model
+            from privasr.lm.neural.scorer import NeuralLM
+            from privasr.lm.neural.vocab import Vocabulary
+            from privasr.rescore.combine import Combination
+
+            config = NeuralLMConfig.from_dict(s["nnlm"]["config"])
+            vocab = Vocabulary.from_json(s["nnlm"]["vocab"])
+            with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+                net = build_model(config, vocab)
+            state = {k[len("nnlm/"):]: torch.from_numpy(np.array(v)) for k, v in b.arrays.items()
+                     if k.startswith("nnlm/")}
+            net.load_state_dict(state, strict=True)
+            r = s["rescoring"]
+            comb = Combination(prior=r["prior"], lms=tuple(r["lms"]), mode=r["mode"],
+                               prior_weight=r["prior_weight"])
+            weights = comb.check_weights(r["weights"])
+            model = cls(b, NeuralLM(net.eval(), vocab), comb, weights, float(r["bias_weight"]), int(s["rounds"]))
+            model.algorithm()  # the settings make an algorithm
+        except InputError as e:
+            raise InputError(f"the bundle does not make FMP's model: {e.message}", path=where,
+                             expected=e.expected) from None
+        except (ConfigError, KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise InputError(f"the bundle does not make FMP's model ({type(e).__name__}: {e})"[:400], path=where,
+                             expected="a bundle written by `privasr serve fmp` with this privasr") from None
+        return model
+
+    @property
+    def vocab(self) -> Any:
+        """The NNLM's vocabulary (FMP's word ids)."""
+        return self.lm.vocab
+
+    def algorithm(self, nbests: Sequence[NBest] = ()) -> Any:
+        """The device's :class:`~privasr.federated.algorithms.fmp.FmpAlgorithm`: the bundle's settings, holding
+        the whole ``qbar`` between rounds (a device does not know which words it will decode next). A bundle with
+        exact renormalisation normalises over ``nbests`` (the device's own lists) with its NNLM."""
+        from privasr.federated.algorithms.fmp import BackgroundBigram, FmpAlgorithm, FmpConfig
+        from privasr.federated.algorithms.fmp_data import nnlm_normalizer
+
+        a, s = self.bundle.arrays, self.bundle.settings
+        bigram = None
+        if "bigram/keys" in a:
+            bigram = BackgroundBigram(a["bigram/keys"], a["bigram/counts"], a["bigram/history"],
+                                      float(a["bigram/prior"][0]))
+        norm = nnlm_normalizer(self.lm, nbests) if s["normalized"] else None
+        return FmpAlgorithm(FmpConfig.from_dict(s["fmp"]), a["background"], bigram, norm, hold_all=True)
+
+    def utterances(self, nbests: Sequence[NBest]) -> list[Any]:
+        """The device's lists as :class:`~privasr.federated.algorithms.fmp.FmpUtterance` objects (in the order
+        given): each hypothesis's words as NNLM ids (``<unk>`` left out, as on the server) and its baseline total
+        (first-pass scores, the NNLM's score and the word penalty with the bundle's weights).
+
+        Raises:
+            InputError: a hypothesis without a first-pass score the combination needs (naming the utterance).
+        """
+        from privasr.federated.algorithms.fmp import FmpUtterance
+        from privasr.rescore.combine import LMScoreCache, score_table
+
+        if not nbests:
+            return []
+        needed = [k for k in ("am", "lm") if (k == "am" and self.combination.prior == "am") or
+                  (k == "lm" and "lm" in self.combination.lms)]
+        for nb in nbests:
+            for h in nb.hyps:
+                miss = [k for k in needed if k not in h.scores]
+                if miss:
+                    raise InputError(f"utterance {nb.utt_id!r} has a hypothesis without a {'/'.join(miss)} score",
+                                     expected="the first-pass scores the operator's rescoring uses")
+        table = score_table(nbests, {"nnlm": LMScoreCache(self.lm)})
+        totals = self.combination.totals(table, self.weights)
+        off = np.asarray(table.offsets)
+        unk = self.vocab.unk_id
+        out = []
+        for k, nb in enumerate(nbests):
+            enc = (np.asarray(self.vocab.encode(h.words), dtype=np.int64) for h in nb.hyps)
+            ids = tuple(e[e != unk] for e in enc)
+            out.append(FmpUtterance(nb.utt_id, ids, totals[off[k]:off[k + 1]], self.bias_weight))
+        return out

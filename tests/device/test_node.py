@@ -1,0 +1,173 @@
+"""Devices that build their own clients from their own raw N-best files, served through Flower's real message
+path (an in-process grid), against the simulation of the same run on the operator's machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+
+from privasr.device.folder import DeviceFolder, init_device, write_replay
+from privasr.device.node import Device
+from privasr.errors import ConfigError, InputError
+
+from .conftest import fmp_config
+
+
+def _devices(serve_kit, tmp_path, *, replay=True):
+    kit, fed, info, test = serve_kit
+    replays = write_replay(test, tmp_path / "replay", key="client", rounds=fed.rounds - 1)
+    out = []
+    for i, (name, folder) in enumerate(replays):
+        d = init_device(tmp_path / f"device-{i}", bundle=kit / "bundle", bundle_hash=info["bundle"], index=i,
+                        name=name, trusted_apps=(info["app"],))
+        out.append(Device(d.root, replay=folder if replay else None))
+    return out
+
+
+def _serve_inprocess(fed, devices, ckpt):
+    from privasr.federated.backends.flower import _serve, _ServerSpec
+    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+
+    def app(message, context):
+        return devices[int(context.node_config["partition-id"])].handle(message, context)
+
+    grid = InProcessGrid(app, len(devices), keep_messages=False)
+    spec = _ServerSpec(fed.algorithm, len(devices), fed.rounds, fed.sampler, int(fed.seed), fed.min_clients, None,
+                       fed.privacy, None, False, 5.0, 0.01, checkpoint_dir=str(ckpt), resume=True, key=fed.key)
+    with task_identity():
+        return _serve(grid, spec), grid
+
+
+def test_devices_match_the_simulation(serve_kit, synth_corpus, tmp_path, monkeypatch):
+    """Each device takes its files round by round, scores them with the bundle's NNLM and runs FMP; the server's
+    sums equal the simulation's (operator-side clients), and each device's 1-best equals the simulation's
+    choice. Nothing on a device is unpickled: pickle.load/loads raise while the devices work."""
+    from privasr.experiments.fmp import federation, load_fmp_config
+    from privasr.federated.loop import run_federated
+
+    kit, fed, info, test = serve_kit
+    devices = _devices(serve_kit, tmp_path)
+
+    def no_pickle(*a, **k):
+        raise AssertionError("a device unpickled something")
+
+    with monkeypatch.context() as m:
+        m.setattr(pickle, "load", no_pickle)
+        m.setattr(pickle, "loads", no_pickle)
+        res, grid = _serve_inprocess(fed, devices, tmp_path / "ckpt")
+        best = [dict(d.rescore()) for d in devices]
+    sim = federation(load_fmp_config(fmp_config(synth_corpus, kit.parent / "cache")), tmp_path / "sim")
+    local = run_federated(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, seed=sim.seed)
+    assert [c.id for c in sim.clients] == [d.folder.name for d in devices]
+    assert len(devices) >= 3 and res.state["sum"].sum() > 10 and sum(len(b) for b in best) == len(test)
+    np.testing.assert_allclose(res.state["sum"], local.state["sum"], rtol=1e-12, atol=1e-12)
+    for i, c in enumerate(sim.clients):
+        chosen = sim.algorithm.finish(c, local.client_states[i])["chosen"]
+        hyps = {nb.utt_id: nb for nb in test}
+        want = {u: " ".join(hyps[u].hyps[k].words) for u, k in chosen.items()}
+        assert best[i] == want
+    # each file was used exactly once, in the round it arrived in
+    for d in devices:
+        led = d.folder.ledger()
+        for name, e in led["files"].items():
+            assert e["status"] == "used" and e["round"] == int(name.split("-")[1].split(".")[0])
+    # what went up: ids and counts only
+    ups = [x for x in grid.exchanges if x.message_type == "train"]
+    assert ups and not any(x.error for x in ups)
+
+
+def test_a_malformed_file_is_set_aside_and_the_round_goes_on(serve_kit, tmp_path, caplog):
+    kit, fed, info, test = serve_kit
+    dev = _devices(serve_kit, tmp_path, replay=False)[0]
+    box = dev.folder.inbox
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+
+    good = [nb for nb in test if nb.meta.get("client", None) is not None][:2] or test[:2]
+    write_nbest(box / "a.jsonl", good[:1])
+    (box / "b.jsonl").write_text('{"utt_id": "x", "hyps": [\n')
+    before = {p.name: p.read_bytes() for p in box.iterdir()}
+    with caplog.at_level("WARNING"):
+        taken = dev.folder.take(0, dev.prepare)
+    assert taken.used == ["a.jsonl"] and taken.set_aside == ["b.jsonl"]
+    assert sum("set aside b.jsonl" in r.getMessage() for r in caplog.records) == 1
+    led = dev.folder.ledger()
+    assert "b.jsonl" in led["files"]["b.jsonl"]["error"] and led["files"]["b.jsonl"]["status"] == "set-aside"
+    # the next round takes only what is new; the same file again is not taken twice
+    write_nbest(box / "c.jsonl", good[1:2])
+    again = dev.folder.take(1, dev.prepare)
+    assert again.used == ["c.jsonl"] and dev.folder.take(1, dev.prepare).used == ["c.jsonl"]
+    # an utterance seen before is refused; nothing the user gave is changed
+    write_nbest(box / "d.jsonl", good[:1])
+    assert dev.folder.take(2, dev.prepare).set_aside == ["d.jsonl"]
+    assert all(before[k] == (box / k).read_bytes() for k in before)
+
+
+def test_a_device_killed_mid_round_restarts_from_its_ledger(serve_kit, tmp_path):
+    """kill -9 of a device while it takes a round (a child process), then a new process: the ledger is whole
+    and the round's files are taken exactly once."""
+    import subprocess
+    import textwrap
+
+    kit, fed, info, test = serve_kit
+    dev = _devices(serve_kit, tmp_path, replay=False)[0]
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+
+    for k in range(3):
+        write_nbest(dev.folder.inbox / f"f{k}.jsonl", test[k:k + 1])
+    code = textwrap.dedent(f"""
+        import os, signal
+        from privasr.device.node import Device
+        d = Device({str(dev.folder.root)!r})
+        prep = d.prepare
+        def slow(recs):
+            out = prep(recs)
+            if recs[0].utt_id == {test[1].utt_id!r}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+        d.folder.take(0, slow)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
+    assert proc.returncode == -9
+    assert not dev.folder.ledger_path.exists()  # nothing half written
+    taken = Device(dev.folder.root).folder.take(0, dev.prepare)
+    assert taken.used == ["f0.jsonl", "f1.jsonl", "f2.jsonl"]
+    assert len(dev.folder.group(0)) == 3
+
+
+def test_bundles_and_device_folders_refuse_bad_input(serve_kit, tmp_path):
+    import shutil
+
+    from privasr.device.bundle import read_bundle
+
+    kit, fed, info, test = serve_kit
+    with pytest.raises(InputError, match="not the 0000"):
+        init_device(tmp_path / "d0", bundle=kit / "bundle", bundle_hash="0" * 64, index=0)
+    bad = tmp_path / "bad"
+    shutil.copytree(kit / "bundle", bad)
+    with open(bad / "arrays.npz", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(InputError, match="arrays.npz: the file's SHA-256 differs"):
+        read_bundle(bad)
+    m = json.loads((kit / "bundle" / "manifest.json").read_text())
+    m["version"] = 99
+    shutil.rmtree(bad)
+    shutil.copytree(kit / "bundle", bad)
+    (bad / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(InputError, match="bundle format version 99 is not supported"):
+        read_bundle(bad)
+    with pytest.raises(ConfigError, match="app hash"):
+        init_device(tmp_path / "d1", bundle=kit / "bundle", bundle_hash=info["bundle"], index=0,
+                    trusted_apps=("xyz",))
+    with pytest.raises(InputError, match="device.json"):
+        DeviceFolder(tmp_path)
+    d = init_device(tmp_path / "d2", bundle=kit / "bundle", bundle_hash=info["bundle"], index=0)
+    with pytest.raises(ConfigError, match="already a device folder"):
+        init_device(d.root, bundle=kit / "bundle", bundle_hash=info["bundle"], index=0)
+    with pytest.raises(InputError, match="no utterances"):
+        Device(d.root).rescore()
+    os.chmod(d.root / "bundle" / "settings.json", 0o644)
