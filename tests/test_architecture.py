@@ -36,6 +36,7 @@ LEVELS = {
     "privasr.lm": 5,
     "privasr.rescore": 6, "privasr.asr": 6, "privasr.confidence": 6,
     "privasr.federated": 7,
+    "privasr.device": 8,
 }
 
 

@@ -171,3 +171,45 @@ def test_bundles_and_device_folders_refuse_bad_input(serve_kit, tmp_path):
     with pytest.raises(InputError, match="no utterances"):
         Device(d.root).rescore()
     os.chmod(d.root / "bundle" / "settings.json", 0o644)
+
+
+def test_devices_under_dp_with_distributed_noise_match_the_simulation(synth_corpus, tmp_path):
+    """SecAgg+ with distributed Laplace noise (each device adds its share) and FMP's utterance-level DP: the
+    devices' released sum equals the simulated secure DP run's exactly (the same seeds, shares and
+    quantisation), and the run reports the accountant's epsilon."""
+    import logging
+
+    from privasr.corpus.load import load_nbest
+    from privasr.corpus.records import Population
+    from privasr.experiments.fmp import federation, load_fmp_config, operator_side
+    from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, flower_log_level
+    from privasr.federated.backends.flower_inprocess import InProcessGrid, run_inprocess, task_identity
+    from privasr.federated.backends.flower_serve import write_serve_kit
+
+    c = fmp_config(synth_corpus, tmp_path / "cache",
+                   federated={"backend": "flower", "min_clients": 3,
+                              "secagg": {"enabled": True, "noise": "distributed"}},
+                   dp={"epsilon": 2.0, "unit": "utterance", "cap": 1.0, "accountant": "pld", "delta": 1e-5})
+    cfg = load_fmp_config(c)
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    n = len(Population.group(test, key="client"))
+    fed, write = operator_side(cfg, tmp_path / "prepare", n)
+    kit = write_serve_kit(tmp_path / "kit", fed, write)
+    info = json.loads((kit / "kit.json").read_text())
+    assert info["run"]["secagg"]["noise"] == "distributed" and info["run"]["dp"]["mechanism"]
+    devices = _devices((kit, fed, info, test), tmp_path)
+    assert all(d.secure for d in devices)
+    secure = check_secagg(fed.secagg, fed.algorithm, fed.sampler, n, fed.privacy)
+    grid = InProcessGrid(lambda m, ctx: devices[int(ctx.node_config["partition-id"])].handle(m, ctx), n,
+                         keep_messages=False)
+    spec = _ServerSpec(fed.algorithm, n, fed.rounds, fed.sampler, int(fed.seed), fed.min_clients, None, fed.privacy,
+                       None, False, 5.0, 0.01, checkpoint_dir=str(tmp_path / "ckpt"), resume=True, key=fed.key,
+                       secagg=secure)
+    with flower_log_level(logging.WARNING), task_identity():
+        res = _serve(grid, spec)
+    sim = federation(cfg, tmp_path / "sim")
+    ref = run_inprocess(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, workdir=tmp_path / "w",
+                        seed=sim.seed, min_clients=sim.min_clients, privacy=sim.privacy, secagg=sim.secagg)
+    assert np.array_equal(res.state["sum"], ref.state["sum"]) and np.abs(res.state["sum"]).max() > 0
+    assert res.history[-1].metrics["epsilon"] == pytest.approx(ref.history[-1].metrics["epsilon"])
+    assert res.history[-1].reported is None  # a DP run publishes no count of the devices that reported

@@ -256,6 +256,9 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         base = _measure(_MEM_BASE, margs)
         fmp_mem = _measure(_MEM_FMP, margs)
         fedlm_mem = _measure(_MEM_FEDLM, margs)
+    from privasr.bench.device_round import measure as measure_rounds
+
+    rounds = measure_rounds(quick=quick)
 
     p50 = {n: latency[n]["p50"] for n in names}
     p95 = {n: latency[n]["p95"] for n in names}
@@ -280,6 +283,7 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
         "memory_fedlm_round_maxrss_bytes": fedlm_mem["maxrss"],
         "memory_fedlm_round_over_baseline_bytes": fedlm_mem["maxrss"] - base["maxrss"],
         "fedlm_round": {k: fedlm_mem[k] for k in ("round_s", "sentences", "words", "upload_bytes")},
+        "device_round": rounds,
     }
     config = {"benchmark": "device", "data": data, "model_source": source, "model": model.config.to_dict(),
               "systems": names, "onnxruntime_threads": 1, "torch_threads": 1,
@@ -318,4 +322,24 @@ def _report(config: dict[str, Any], m: dict[str, Any]) -> str:
               "", f"FMP cache + bias + biased scoring (tracemalloc peak): {m['fmp_cache_bias_peak_bytes'] / 1e3:.0f} kB "
               f"({m['fmp_client']['cache_words']} cached words). fedlm upload: {m['fedlm_round']['upload_bytes'] / mb:.1f} MB "
               f"(fp32 delta), round {m['fedlm_round']['round_s']:.1f} s.", ""]
+    r = m["device_round"]
+    d, s = r["device"], r["simulation"]
+    lines += ["## A device round against the simulation's client (FMP, the same data, one process)", "",
+              f"{r['devices']} devices of the {r['corpus']} synthetic corpus, {r['rounds']} rounds, Flower's message "
+              "path in process (privasr.bench.device_round).", "",
+              "| | device | simulation | device / simulation |", "|---|---:|---:|---:|",
+              f"| round, mean (ms) | {d['round_s_mean'] * 1e3:.1f} | {s['round_s_mean'] * 1e3:.1f} | "
+              f"{r['round_ratio']:.2f} |",
+              f"| round, p95 (ms) | {d['round_s_p95'] * 1e3:.1f} | {s['round_s_p95'] * 1e3:.1f} | "
+              f"{r['round_ratio_p95']:.2f} |",
+              f"| bytes down per round | {d['bytes_down_round']:.0f} | {s['bytes_down_round']:.0f} | "
+              f"{r['bytes_down_ratio']:.2f} |",
+              f"| bytes up per round | {d['bytes_up_round']:.0f} | {s['bytes_up_round']:.0f} | "
+              f"{r['bytes_up_ratio']:.2f} |",
+              f"| peak traced memory (kB) | {r['peak_bytes']['device'] / 1e3:.0f} | "
+              f"{r['peak_bytes']['simulation'] / 1e3:.0f} | {r['peak_ratio']:.2f} |", "",
+              f"The device's own preparation (files, NNLM scores, ids) is {r['prepare_share']:.0%} of its round time "
+              f"(mean {r['prepare_s_mean'] * 1e3:.1f} ms a round). The bundle, downloaded once: "
+              f"{r['bundle_bytes'] / 1e3:.0f} kB, {r['bundle_vs_rounds']:.1f}x the run's per-round traffic of a "
+              "device.", ""]
     return "\n".join(lines)

@@ -223,7 +223,11 @@ def _server_app() -> Any:
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        kit = Path(str(context.run_config.get("kit", "")))
+        given = str(context.run_config.get("kit", ""))
+        if not given:
+            raise FederatedError("no kit folder in the run config (flwr run KIT/app privasr --run-config "
+                                 "\"kit='KIT'\")")
+        kit = Path(given)
         result_path = kit / "result.pkl"
         try:
             read_serve_kit(kit)
@@ -324,6 +328,7 @@ def run_serve_kit(folder: str | os.PathLike[str], devices: Sequence[str | os.Pat
                              path=d / "device.json", expected="device i at position i")
     if replays is not None and len(replays) != n:
         raise ConfigError(f"{len(replays)} replay folder(s) for {n} devices", expected="one per device, or none")
+    replays = None if replays is None else [Path(r).resolve() for r in replays]  # the processes run elsewhere
     creds = Credentials.in_folder(wd.credentials, n)
     with KitLock(wd.work):
         wd.result.unlink(missing_ok=True)

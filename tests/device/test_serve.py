@@ -1,0 +1,249 @@
+"""The operator's side (``privasr serve fmp``): no client data read or written, a code-free app whose hash the
+devices trust; the loopback deployment with real processes (slow): SecAgg+, a foreign app refused, kill -9 of
+the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privasr.cli import main
+from privasr.device.folder import init_device, write_replay
+from privasr.errors import ConfigError, InputError
+from privasr.federated.backends.flower_serve import KitLock, read_serve_kit, run_serve_kit
+
+from .conftest import fmp_config
+
+
+def test_the_operator_never_opens_the_devices_data(synth_corpus, tmp_path):
+    """An audit hook records every file the operator's side opens: the dev set and the background text, never
+    data.test; the kit holds no utterance of it."""
+    from privasr.corpus.load import load_nbest
+    from privasr.experiments.fmp import load_fmp_config, operator_side
+    from privasr.federated.backends.flower_serve import write_serve_kit
+
+    test_file = (synth_corpus / "nbest" / "test.jsonl").resolve()
+    cfg = load_fmp_config(fmp_config(synth_corpus, tmp_path / "cache"))
+    opened: list[str] = []
+    active = [True]
+
+    def hook(event, args):
+        if active[0] and event == "open" and isinstance(args[0], str | bytes | os.PathLike):
+            opened.append(os.fspath(args[0]) if not isinstance(args[0], bytes) else args[0].decode())
+
+    sys.addaudithook(hook)
+    try:
+        fed, write = operator_side(cfg, tmp_path / "prepare", 3)
+        kit = write_serve_kit(tmp_path / "kit", fed, write)
+    finally:
+        active[0] = False
+    assert not any(Path(p).resolve() == test_file for p in opened)
+    assert any(Path(p).name == "dev.jsonl" for p in opened)  # the hook did see the operator's own data
+    blob = b"".join(p.read_bytes() for p in kit.rglob("*") if p.is_file())
+    for nb in load_nbest(test_file)[:20]:
+        assert nb.utt_id.encode() not in blob
+    app = (kit / "app").iterdir()
+    assert [p.name for p in app] == ["pyproject.toml"]  # the app carries no code
+    info = read_serve_kit(kit)
+    assert info["devices"] == 3 and len(info["bundle"]) == 64 and len(info["app"]) == 64
+
+
+def test_serve_refusals(synth_corpus, tmp_path, capsys, serve_kit):
+    cfg = fmp_config(synth_corpus, tmp_path / "cache")
+    cfg["data"] = {"nbest": str(synth_corpus / "nbest" / "dev.jsonl"), "split": {"key": "speaker", "dev": "even"}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert main(["serve", "fmp", "--config", str(tmp_path / "c.json"), "--devices", "2", "--out",
+                 str(tmp_path / "k")]) == 2
+    assert "the test half is the devices' data" in capsys.readouterr().err
+    assert main(["serve", "fmp", "--config", str(tmp_path / "c.json"), "--devices", "0", "--out",
+                 str(tmp_path / "k")]) == 2
+    kit, fed, info, test = serve_kit
+    with pytest.raises(ConfigError, match="device folder"):
+        run_serve_kit(kit, [tmp_path])
+    with pytest.raises(InputError, match="not a device folder"):
+        run_serve_kit(kit, [tmp_path] * info["devices"])
+    with KitLock(kit), pytest.raises(ConfigError, match="is being run by pid"):
+        with KitLock(kit):
+            pass
+    assert main(["fed", "run", str(kit), "--devices", str(tmp_path)]) == 2
+
+
+def _devices(serve_kit, root: Path):
+    kit, fed, info, test = serve_kit
+    reps = write_replay(test, root / "replay", key="client", rounds=fed.rounds - 1)
+    devs = [init_device(root / f"device-{i}", bundle=kit / "bundle", bundle_hash=info["bundle"], index=i,
+                        name=name, trusted_apps=(info["app"],)).root for i, (name, _) in enumerate(reps)]
+    return devs, [r for _, r in reps]
+
+
+def _copy_kit(kit: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(kit, to)
+    return to
+
+
+def _skip_unless_slow(request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a deployment with real processes: run with -m slow")
+
+
+@pytest.mark.slow
+def test_real_devices_with_secagg_match_the_simulation(request, synth_corpus, tmp_path):
+    """``privasr serve fmp`` with SecAgg+, 3 devices each with its own SuperNode (``--isolation process``) and
+    ``privasr device serve`` over TLS with registered keys, files arriving round by round; the server's sum
+    equals the simulation's within SecAgg's quantisation; the kit moved elsewhere runs again and resumes."""
+    _skip_unless_slow(request)
+    from privasr.corpus.load import load_nbest
+    from privasr.experiments.fmp import federation, load_fmp_config
+    from privasr.federated.loop import run_federated
+    from privasr.federated.tree import load_tree
+
+    config = fmp_config(synth_corpus, tmp_path / "cache", federated={"backend": "flower",
+                                                                     "secagg": {"enabled": True}})
+    (tmp_path / "fmp.json").write_text(json.dumps(config))
+    assert main(["serve", "fmp", "--config", str(tmp_path / "fmp.json"), "--devices", "3", "--out",
+                 str(tmp_path / "kit")]) == 0
+    kit = tmp_path / "kit"
+    info = read_serve_kit(kit)
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    reps = write_replay(test, tmp_path / "replay", key="client", rounds=info["rounds"] - 1)
+    args = []
+    for i, (name, r) in enumerate(reps):
+        assert main(["device", "init", str(tmp_path / f"d{i}"), "--bundle", str(kit / "bundle"), "--bundle-hash",
+                     info["bundle"], "--index", str(i), "--trust-app", info["app"], "--name", name]) == 0
+        args += ["--devices", str(tmp_path / f"d{i}"), "--replay", str(r)]
+    assert main(["fed", "run", str(kit), *args, "--timeout", "900"]) == 0
+    state = load_tree(kit / "state.npz")
+    sim = federation(load_fmp_config(config), tmp_path / "sim")
+    local = run_federated(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, seed=sim.seed)
+    step = 2 * 4096 / 2 ** 22
+    assert np.allclose(state["sum"], local.state["sum"], rtol=0, atol=sim.rounds * len(sim.clients) * step)
+    res = json.loads((kit / "results.json").read_text())
+    assert res["metrics"]["reported"] == [3] * sim.rounds
+    moved = _copy_kit(kit, tmp_path / "moved")  # a relocated kit: the checkpoint is found, nothing to redo
+    again = run_serve_kit(moved, [tmp_path / f"d{i}" for i in range(3)], run_timeout=600)
+    assert again.resumed_from == sim.rounds
+
+
+@pytest.mark.slow
+def test_a_foreign_app_is_refused_and_never_reaches_the_data(request, serve_kit, tmp_path):
+    """A stranger's app (its own ClientApp would write a file and read the node config) submitted to the
+    SuperLink: the device refuses its task, imports nothing of it and opens nothing of its folder."""
+    _skip_unless_slow(request)
+    from privasr.federated.backends.flower_deploy import (
+        _deployment_env,
+        _flwr_cli,
+        _free_port,
+        _Processes,
+        _register_nodes,
+        _start_superlink,
+        _tool,
+        _Workdir,
+        _write_flwr_config,
+    )
+    from privasr.federated.credentials import Credentials
+
+    kit, fed, info, test = serve_kit
+    kit = _copy_kit(kit, tmp_path / "kit")
+    dev = init_device(tmp_path / "dev", bundle=kit / "bundle", bundle_hash=info["bundle"], index=0,
+                      trusted_apps=(info["app"],))
+    marker = tmp_path / "foreign-ran"
+    app = tmp_path / "foreignapp"
+    (app / "foreignapp").mkdir(parents=True)
+    (app / "pyproject.toml").write_text((kit / "app" / "pyproject.toml").read_text()
+                                        .replace("privasr-serve", "foreignapp")
+                                        .replace("privasr.federated.backends.flower_serve_apps:client_app",
+                                                 "foreignapp.client:app")
+                                        .replace("privasr.federated.backends.flower_serve_apps:server_app",
+                                                 "foreignapp.server:app"))
+    (app / "foreignapp" / "__init__.py").write_text("")
+    (app / "foreignapp" / "server.py").write_text(
+        "import time\n"
+        "from flwr.app import ConfigRecord, Message, RecordDict\n"
+        "from flwr.serverapp import ServerApp\n"
+        "app = ServerApp()\n"
+        "@app.main()\n"
+        "def main(grid, context):\n"
+        "    nodes = []\n"
+        "    while not nodes:\n"
+        "        nodes = list(grid.get_node_ids())\n"
+        "        time.sleep(0.2)\n"
+        "    grid.send_and_receive([Message(RecordDict({'q': ConfigRecord({})}), dst_node_id=n,\n"
+        "                                   message_type='train') for n in nodes], timeout=120)\n")
+    (app / "foreignapp" / "client.py").write_text(
+        "from flwr.clientapp import ClientApp\n"
+        f"open({str(marker)!r}, 'w').write('imported')\n"
+        "app = ClientApp()\n")
+    wd = _Workdir(kit)
+    creds = Credentials.in_folder(wd.credentials, info["devices"])
+    port = _free_port()
+    home = kit / "loopback"
+    _write_flwr_config(wd, port, creds, home)
+    env = _deployment_env(home)
+    wd.logs.mkdir(exist_ok=True)
+    procs = _Processes(env, wd.logs)
+    try:
+        _start_superlink(procs, port, creds)
+        _register_nodes(procs, creds.node_public_keys[:1])
+        api = _free_port()
+        procs.start("supernode-0", [_tool("flower-supernode"), *creds.supernode_args(0), "--superlink",
+                                    f"127.0.0.1:{port}", "--isolation", "process", "--host", "127.0.0.1",
+                                    "--port", str(api)])
+        procs.start("device-0", [sys.executable, "-m", "privasr", "device", "serve", str(dev.root),
+                                 "--runtime-api", f"127.0.0.1:{api}"])
+        started = _flwr_cli(["run", str(app), "privasr", "--format", "json"], env)
+        assert json.loads(started.stdout)["success"], started.stdout
+        log = wd.logs / "device-0.log"
+        deadline = time.monotonic() + 180
+        while "refused: app" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        procs.stop()
+    assert "refused: app" in log.read_text()
+    assert not marker.exists()
+    assert not dev.ledger_path.exists() and not dev.node_states.exists()
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_leaves_no_process_and_a_rerun_resumes(request, serve_kit, tmp_path):
+    """SIGKILL of ``privasr fed run`` after round 1: every process it started goes with it, the kit's lock is
+    free, and a new run resumes from the checkpoint to the same final sum."""
+    _skip_unless_slow(request)
+    from privasr.federated.backends.flower_deploy import _descendants
+    from privasr.federated.tree import load_tree
+
+    kit, fed, info, test = serve_kit
+    kit = _copy_kit(kit, tmp_path / "kit")
+    devs, reps = _devices(serve_kit, tmp_path)
+    args = [a for i in range(len(devs)) for a in ("--devices", str(devs[i]), "--replay", str(reps[i]))]
+    proc = subprocess.Popen([sys.executable, "-m", "privasr", "fed", "run", str(kit), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = kit / "checkpoint" / "state.npz"
+    deadline = time.monotonic() + 600
+    family: set[int] = set()
+    while time.monotonic() < deadline:
+        family |= _descendants(proc.pid)
+        if ckpt.exists() and int(load_tree(ckpt)["round"]) >= 1:
+            break
+        time.sleep(0.2)
+    family |= _descendants(proc.pid)
+    assert family, "the launcher started nothing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in family):
+        time.sleep(0.2)
+    alive = [p for p in family if Path(f"/proc/{p}").exists()
+             and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+    assert not alive, f"orphans left: {alive}"
+    result = run_serve_kit(kit, devs, run_timeout=600, replays=reps)
+    assert result.resumed_from >= 1 and len(result.history) == fed.rounds
