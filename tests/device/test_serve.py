@@ -18,7 +18,8 @@ import pytest
 from privasr.cli import main
 from privasr.device.folder import init_device, write_replay
 from privasr.errors import ConfigError, InputError
-from privasr.federated.backends.flower_serve import KitLock, read_serve_kit, run_serve_kit
+from privasr.federated.backends.flower_deploy import KitLock
+from privasr.federated.backends.flower_serve import read_serve_kit, run_serve_kit
 
 from .conftest import fmp_config
 

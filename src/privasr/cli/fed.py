@@ -87,8 +87,12 @@ def run(
     if devices:
         raise ConfigError("--devices is for kits written by `privasr serve`", expected="a serve kit")
     info = read_kit(kit)
-    with Console(stderr=True).status(f"running {info.get('name') or 'the kit'}: {info['clients']} SuperNodes"):
-        result = run_kit(kit, run_timeout=timeout)
+    what = f"running {info.get('name') or 'the kit'}: {info['clients']} SuperNodes"
+    with Console(stderr=True).status(f"{what}, starting") as status:
+        def progress(done: int) -> None:
+            status.update(f"{what}, round {done} of {info['rounds']} done")
+
+        result = run_kit(kit, run_timeout=timeout, progress=progress)
     save_tree(kit / "state.npz", result.state)
     last = result.history[-1].metrics if result.history else {}
     metrics = {"rounds": len(result.history), "resumed_from": result.resumed_from,
@@ -113,8 +117,12 @@ def _run_serve(kit: Path, devices: list[Path], timeout: float | None, replays: l
     from privasr.results import write_results
 
     info = read_serve_kit(kit)
-    with Console(stderr=True).status(f"running {info.get('name') or 'the kit'}: {info['devices']} devices"):
-        result = run_serve_kit(kit, devices, run_timeout=timeout, replays=replays or None)
+    what = f"running {info.get('name') or 'the kit'}: {info['devices']} devices"
+    with Console(stderr=True).status(f"{what}, starting") as status:
+        def progress(done: int) -> None:
+            status.update(f"{what}, round {done} of {info['rounds']} done")
+
+        result = run_serve_kit(kit, devices, run_timeout=timeout, replays=replays or None, progress=progress)
     save_tree(kit / "state.npz", result.state)
     last = result.history[-1].metrics if result.history else {}
     metrics = {"rounds": len(result.history), "resumed_from": result.resumed_from,

@@ -100,8 +100,8 @@ def test_cli_credentials_and_split_errors(tmp_path, capsys):
 @pytest.mark.slow
 def test_fed_split_and_run_match_the_local_run(request, tmp_path):
     """``privasr fed split`` of an FMP config (synthetic corpus) with SecAgg+, then ``privasr fed run`` with real
-    processes over TLS: the local backend's result within the quantisation error; run again, the kit resumes
-    from its checkpoint and changes nothing."""
+    processes over TLS: the local backend's result within the quantisation error; moved to another folder and
+    run again, the kit resumes from its checkpoint and changes nothing."""
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("a deployment with real processes (minutes): run with -m slow")
     from privasr.experiments.fmp import federation, load_fmp_config
@@ -136,5 +136,8 @@ def test_fed_split_and_run_match_the_local_run(request, tmp_path):
     state = load_tree(tmp_path / "kit" / "state.npz")
     step = 2 * 4096 / 2 ** 22
     assert np.allclose(state["sum"], local.state["sum"], rtol=0, atol=fed.rounds * len(fed.clients) * step)
-    again = run_kit(Path(tmp_path / "kit"), run_timeout=600)  # resumes after the last round: nothing to do
+    import shutil
+
+    moved = shutil.copytree(tmp_path / "kit", tmp_path / "moved")  # kits can be moved: run where it lies now
+    again = run_kit(Path(moved), run_timeout=600)  # resumes after the last round: nothing to do
     assert again.resumed_from == fed.rounds and np.array_equal(again.state["sum"], state["sum"])

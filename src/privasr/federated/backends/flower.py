@@ -830,8 +830,15 @@ def deployment_server_app(spec_path: str | os.PathLike[str], result_path: str | 
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
+        nonlocal result_path
+        kit = str(context.run_config.get("kit", "") or "") if context.run_config is not None else ""
+        spec_file = str(spec_path)
+        if kit:  # a kit run where it lies now (kits can be moved): its files, not the paths it was written with
+            spec_file, result_path = str(Path(kit) / "server.pkl"), str(Path(kit) / "result.pkl")
         try:
-            spec = _load(str(spec_path))
+            spec = _load(spec_file)
+            if kit and spec.checkpoint_dir is not None:
+                spec.checkpoint_dir = str(Path(kit) / "checkpoint")
             result = _serve(grid, spec)
             accountant = spec.privacy.accountant.state_dict() if spec.privacy is not None else None
             outcome: dict[str, Any] = {"ok": True, "result": result, "accountant": accountant}

@@ -26,6 +26,7 @@ processes as file paths and never written into a log.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privasr.errors import ConfigError
+from privasr.errors import ConfigError, InputError
 from privasr.federated.client_store import split_clients
 from privasr.federated.core import FederatedError
 from privasr.federated.credentials import Credentials, make_credentials
@@ -65,7 +66,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 
 
 def supernode_config(index: int, n: int, data_dir: str | os.PathLike[str] | None = None,
-                     state_dir: str | os.PathLike[str] | None = None) -> str:
+                     state_dir: str | os.PathLike[str] | None = None,
+                     algorithm: str | os.PathLike[str] | None = None) -> str:
     """The ``flower-supernode --node-config`` value of the SuperNode serving client ``index`` of ``n``.
 
     Raises:
@@ -75,7 +77,7 @@ def supernode_config(index: int, n: int, data_dir: str | os.PathLike[str] | None
     "partition-id=0 num-partitions=3 privasr-data-dir='/data/privasr/client-0' privasr-state-dir='/var/lib/privasr'"
     """
     parts = [f"partition-id={int(index)}", f"num-partitions={int(n)}"]
-    for key, folder in ((DATA_DIR_KEY, data_dir), (STATE_DIR_KEY, state_dir)):
+    for key, folder in ((DATA_DIR_KEY, data_dir), (STATE_DIR_KEY, state_dir), (ALGORITHM_KEY, algorithm)):
         if folder is None:
             continue
         if any(c in str(folder) for c in "'\n\r"):
@@ -119,6 +121,7 @@ serverapp = "privasr_flower_app.server_app:app"
 clientapp = "privasr_flower_app.client_app:app"
 
 [tool.flwr.app.config]
+kit = ""
 """
 
 _FLWR_CONFIG = """\
@@ -296,6 +299,35 @@ class _Processes:
         self.procs = []
 
 
+class KitLock:
+    """An exclusive lock on a kit (``KIT/.lock``, ``flock``): held while a run of the kit is going; released by
+    the kernel when the holder dies, however it dies."""
+
+    def __init__(self, kit: Path) -> None:
+        self.path = kit / ".lock"
+        self.fh: Any = None
+
+    def __enter__(self) -> KitLock:
+        self.fh = open(self.path, "a+")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.seek(0)
+            holder = self.fh.read().strip() or "another process"
+            self.fh.close()
+            raise ConfigError(f"{self.path.parent} is being run by {holder}",
+                              expected="one run of a kit at a time (stop the other run first)") from None
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"pid {os.getpid()}\n")
+        self.fh.flush()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
 def _die_with_parent() -> None:
     """In a child before ``exec``: have the kernel send it SIGTERM when its parent (the launcher) dies, even by
     SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing). Flower's processes pass the watch on: the
@@ -417,19 +449,22 @@ def _start_supernode(procs: _Processes, name: str, port: int, auth_args: Sequenc
 
 
 def _start_federation(procs: _Processes, port: int, creds: Credentials, data_dirs: Sequence[Path],
-                      nodes_dir: Path | None) -> None:
-    """Start the SuperLink, register the SuperNodes' keys and start one SuperNode per client folder."""
+                      nodes_dir: Path | None, algorithm: Path | None = None) -> None:
+    """Start the SuperLink, register the SuperNodes' keys and start one SuperNode per client folder
+    (``algorithm``: where the nodes find the pickled algorithm, when not where the app was written)."""
     _start_superlink(procs, port, creds)
     n = len(data_dirs)
     _register_nodes(procs, creds.node_public_keys[:n])
     for i, folder in enumerate(data_dirs):
         _start_supernode(procs, f"supernode-{i}", port, creds.supernode_args(i),
-                         supernode_config(i, n, folder, nodes_dir))
+                         supernode_config(i, n, folder, nodes_dir, algorithm))
 
 
-def _flwr_run(app: Path, env: dict[str, str]) -> str:
-    """``flwr run`` the app on the local SuperLink; its run id."""
-    started = _flwr_cli(["run", str(app), "privasr", "--format", "json"], env)
+def _flwr_run(app: Path, env: dict[str, str], kit: Path | None = None) -> str:
+    """``flwr run`` the app on the local SuperLink (``kit``: the kit's folder, passed in the run config so that
+    the ServerApp finds its files wherever the kit is); its run id."""
+    extra = [] if kit is None else ["--run-config", f"kit='{kit}'"]
+    started = _flwr_cli(["run", str(app), "privasr", *extra, "--format", "json"], env)
     try:
         return str(json.loads(started.stdout)["run-id"])
     except (ValueError, KeyError, TypeError):
@@ -448,13 +483,31 @@ def _run_status(env: dict[str, str], run_id: str) -> str:
 
 
 def _wait_for_result(wd: _Workdir, procs: _Processes, env: dict[str, str], run_id: str,
-                     run_timeout: float | None) -> None:
+                     run_timeout: float | None, progress: Any = None) -> None:
     """Wait until the ServerApp has written its outcome; fail when a process dies, the run takes longer than
-    ``run_timeout`` or the SuperLink says it finished without one (asked every 10 s)."""
+    ``run_timeout`` or the SuperLink says it finished without one (asked every 10 s). ``progress(done)`` is
+    called when the checkpoint (``wd.work/checkpoint``) shows another finished round."""
+    from privasr.federated.tree import load_tree
+
+    def rounds_done(path: Path) -> int:
+        try:
+            return int(load_tree(path)["round"])
+        except (InputError, KeyError, TypeError, ValueError):  # being replaced: the next look reads it
+            return -1
+
     t0 = time.monotonic()
     next_status = t0 + 10.0
+    ckpt = wd.work / "checkpoint" / "state.npz"
+    seen = (-1.0, -1)
     while not wd.result.exists():
         procs.check()
+        if progress is not None and ckpt.exists():
+            mtime = ckpt.stat().st_mtime
+            if mtime != seen[0]:
+                done = rounds_done(ckpt)
+                if done >= 0:
+                    seen = (mtime, done)
+                    progress(done)
         now = time.monotonic()
         if run_timeout is not None and now - t0 > run_timeout:
             raise FederatedError(f"the Flower run took longer than {run_timeout:g} s (logs in {wd.logs})")
@@ -485,7 +538,8 @@ def _keep_only_logs(wd: _Workdir) -> bool:
 
 
 def _execute(wd: _Workdir, data_dirs: Sequence[Path], creds: Credentials, nodes_dir: Path | None, *,
-             run_timeout: float | None, home: Path | None = None) -> dict[str, Any]:
+             run_timeout: float | None, home: Path | None = None, kit: bool = False,
+             progress: Any = None) -> dict[str, Any]:
     """Run the app written in ``wd`` on loopback: the SuperLink on a free port, one SuperNode per data folder,
     ``flwr run``; stop every process; the ServerApp's outcome (``{"ok": True, "result": ..., "accountant":
     ...}``). ``home``: the ``FLWR_HOME`` to use (default ``wd.home``)."""
@@ -496,10 +550,10 @@ def _execute(wd: _Workdir, data_dirs: Sequence[Path], creds: Credentials, nodes_
     wd.logs.mkdir(parents=True, exist_ok=True)
     procs = _Processes(env, wd.logs)
     try:
-        _start_federation(procs, port, creds, data_dirs, nodes_dir)
-        run_id = _flwr_run(wd.app, env)
+        _start_federation(procs, port, creds, data_dirs, nodes_dir, wd.algorithm if kit else None)
+        run_id = _flwr_run(wd.app, env, wd.work if kit else None)
         log.info("flower deployment run %s started (work folder %s)", run_id, wd.work)
-        _wait_for_result(wd, procs, env, run_id, run_timeout)
+        _wait_for_result(wd, procs, env, run_id, run_timeout, progress)
         with open(wd.result, "rb") as f:
             outcome: dict[str, Any] = pickle.load(f)  # noqa: S301 - written by our own ServerApp
         return outcome

@@ -44,6 +44,7 @@ from privasr.federated.backends.flower_deploy import (
     DATA_DIR_KEY,
     LOOPBACK_HOSTS,
     STATE_DIR_KEY,
+    KitLock,
     _execute,
     _result_of,
     _Workdir,
@@ -183,10 +184,14 @@ def read_kit(folder: str | os.PathLike[str]) -> dict[str, Any]:
     return info
 
 
-def run_kit(folder: str | os.PathLike[str], *, run_timeout: float | None = None) -> FederatedResult:
+def run_kit(folder: str | os.PathLike[str], *, run_timeout: float | None = None,
+            progress: Any = None) -> FederatedResult:
     """Run the kit in ``folder`` on this machine (see the module docstring); the run's result.
 
-    A kit run again continues from its checkpoint (a finished one returns its last result at once).
+    A kit run again continues from its checkpoint (a finished one returns its last result at once). The kit may
+    have been moved since it was written (the ServerApp and the SuperNodes are given its folder). A second run
+    of a kit while one is going is refused (:class:`~privasr.federated.backends.flower_deploy.KitLock`).
+    ``progress(rounds done)`` is called as the checkpoint advances.
     """
     info = read_kit(folder)
     wd = _Workdir(Path(folder).resolve())
@@ -196,7 +201,9 @@ def run_kit(folder: str | os.PathLike[str], *, run_timeout: float | None = None)
     for p in (*data_dirs, *creds.node_private_keys):
         if not p.exists():
             raise InputError(f"{p} is missing", expected=f"a kit of {n} clients written by `privasr fed split`")
-    wd.result.unlink(missing_ok=True)
-    home = wd.work / "loopback"  # this run's own FLWR_HOME: the kit's stays as written for the real deployment
-    outcome = _execute(wd, data_dirs, creds, wd.work / "devices", run_timeout=run_timeout, home=home)
+    with KitLock(wd.work):  # one run of a kit at a time; the lock goes with its holder however it dies
+        wd.result.unlink(missing_ok=True)
+        home = wd.work / "loopback"  # this run's own FLWR_HOME: the kit's stays as written for the deployment
+        outcome = _execute(wd, data_dirs, creds, wd.work / "devices", run_timeout=run_timeout, home=home,
+                           kit=True, progress=progress)
     return _result_of(outcome, None)

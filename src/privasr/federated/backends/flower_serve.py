@@ -29,7 +29,6 @@ refused while one is running), and every process it starts dies with it, even wh
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pickle
@@ -46,6 +45,7 @@ from privasr.errors import ConfigError, InputError
 from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg
 from privasr.federated.backends.flower_deploy import (
     LOOPBACK_HOSTS,
+    KitLock,
     _deployment_env,
     _flwr_cli,
     _free_port,
@@ -269,41 +269,14 @@ def _client_app() -> Any:
 # -- the whole deployment on this machine ----------------------------------------------------------------------
 
 
-class KitLock:
-    """An exclusive lock on a kit (``KIT/.lock``, ``flock``): held while a run of the kit is going; released by
-    the kernel when the holder dies, however it dies."""
-
-    def __init__(self, kit: Path) -> None:
-        self.path = kit / ".lock"
-        self.fh: Any = None
-
-    def __enter__(self) -> KitLock:
-        self.fh = open(self.path, "a+")  # noqa: SIM115 - held for the run
-        try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.seek(0)
-            holder = self.fh.read().strip() or "another process"
-            self.fh.close()
-            raise ConfigError(f"{self.path.parent} is being run by {holder}",
-                              expected="one run of a kit at a time (stop the other run first)") from None
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.fh.write(f"pid {os.getpid()}\n")
-        self.fh.flush()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
-
-
 def run_serve_kit(folder: str | os.PathLike[str], devices: Sequence[str | os.PathLike[str]], *,
                   run_timeout: float | None = None,
-                  replays: Sequence[str | os.PathLike[str]] | None = None) -> FederatedResult:
+                  replays: Sequence[str | os.PathLike[str]] | None = None,
+                  progress: Callable[[int], None] | None = None) -> FederatedResult:
     """Run the serve kit in ``folder`` on this machine with the device folders ``devices`` (device ``i`` must
     have index ``i``; see the module docstring); the run's result. ``replays``: one replay folder per device
-    (``privasr device serve --replay``), for runs whose files arrive round by round.
+    (``privasr device serve --replay``), for runs whose files arrive round by round. ``progress(rounds done)``
+    is called as the checkpoint advances.
 
     Raises:
         ConfigError: another run of the kit is going, a wrong number of devices.
@@ -356,7 +329,7 @@ def run_serve_kit(folder: str | os.PathLike[str], devices: Sequence[str | os.Pat
             except (ValueError, KeyError, TypeError):
                 raise FederatedError(f"flwr run failed (status {started.returncode}):\n{started.stdout[-2000:]}"
                                      f"\n{started.stderr[-2000:]}") from None
-            _wait_for_result(wd, procs, env, run_id, run_timeout)
+            _wait_for_result(wd, procs, env, run_id, run_timeout, progress)
             t0 = time.monotonic()
             while True:  # the ServerApp renames its result into place: wait for the complete file
                 try:
