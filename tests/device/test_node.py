@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from privasr.cli import main
 from privasr.device.folder import DeviceFolder, init_device, write_replay
 from privasr.device.node import Device
 from privasr.errors import ConfigError, InputError
@@ -79,6 +80,21 @@ def test_devices_match_the_simulation(serve_kit, synth_corpus, tmp_path, monkeyp
     # what went up: ids and counts only
     ups = [x for x in grid.exchanges if x.message_type == "train"]
     assert ups and not any(x.error for x in ups)
+    # the CLI's check of a deployment: the same WER, no utterance differs; a 1-best missing a line is refused
+    from privasr.federated.tree import save_tree
+
+    hyp = tmp_path / "1best.txt"
+    hyp.write_text("".join(f"{u} {t}\n" for b in best for u, t in b.items()))
+    save_tree(tmp_path / "state.npz", res.state)
+    (tmp_path / "c.json").write_text(json.dumps(fmp_config(synth_corpus, kit.parent / "cache")))
+    assert main(["fmp", "compare-deployment", "--config", str(tmp_path / "c.json"), "--hyp", str(hyp),
+                 "--state", str(tmp_path / "state.npz"), "--out", str(tmp_path / "cmp")]) == 0
+    m = json.loads((tmp_path / "cmp" / "results.json").read_text())["metrics"]
+    assert m["utterances_differing"] == 0 and m["wer_deployment"] == m["wer_simulation"] > 0
+    assert m["sum_max_abs_diff"] < 1e-9
+    hyp.write_text("".join(hyp.read_text().splitlines(keepends=True)[1:]))
+    assert main(["fmp", "compare-deployment", "--config", str(tmp_path / "c.json"), "--hyp", str(hyp),
+                 "--out", str(tmp_path / "cmp2")]) == 2
 
 
 def test_a_malformed_file_is_set_aside_and_the_round_goes_on(serve_kit, tmp_path, caplog):

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from privasr.errors import InputError
 
-__all__ = ["app", "run"]
+__all__ = ["app", "run", "compare_deployment"]
 
 app = typer.Typer(help="Federated marginal personalisation of a neural LM for N-best rescoring.",
                   no_args_is_help=True)
@@ -47,3 +47,32 @@ def run(
               f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}), T = {m['rounds']}, "
               f"lam = {m['lam']:g}" + (f", epsilon = {m['epsilon']:.3g}" if "epsilon" in m else ""))
     con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+
+
+@app.command("compare-deployment")
+def compare_deployment(
+    config: Path = typer.Option(..., "--config", help="The config the deployment was served from."),
+    hyp: Path = typer.Option(..., "--hyp", help="The devices' 1-best (privasr device rescore), concatenated."),
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md."),
+    state: Path | None = typer.Option(None, "--state", help="The deployment's final server state (KIT/state.npz)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (as given to privasr serve)."),
+) -> None:
+    """Test WER of a deployment's 1-best against the simulation of the same config (this machine reads the test
+    set: a check, not a deployment)."""
+    from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
+    from privasr.experiments.fmp import compare_deployment as compare
+    from privasr.experiments.fmp import load_fmp_config
+    from privasr.outputs import check_output_dir, output_dir
+
+    check_output_dir(out)
+    raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    try:
+        cfg = load_fmp_config(raw)
+    except InputError as e:
+        raise e.at(config) from None
+    with output_dir(out), Console(stderr=True).status(f"simulating {cfg.name}"):
+        m = compare(cfg, hyp, out, state=state, argv=_command_line())
+    Console().print(f"test WER: simulation {100 * m['wer_simulation']:.2f}%, deployment "
+                    f"{100 * m['wer_deployment']:.2f}%; {m['utterances_differing']} of {m['utterances']} "
+                    "utterances differ")

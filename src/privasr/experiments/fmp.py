@@ -822,6 +822,83 @@ def operator_side(cfg: FmpRunConfig, out: str | Path, devices: int) -> tuple[Any
     return federation, write
 
 
+def _read_one_best(path: Path) -> dict[str, tuple[str, ...]]:
+    """``utt_id words...`` lines (what ``privasr device rescore`` writes) as ``{utt_id: words}``."""
+    from privasr.corpus.textio import iter_lines
+
+    out: dict[str, tuple[str, ...]] = {}
+    for k, line in iter_lines(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] in out:
+            raise InputError(f"utterance {parts[0]!r} appears twice", path=path, line=k,
+                             expected="one line per utterance")
+        out[parts[0]] = tuple(parts[1:])
+    return out
+
+
+def compare_deployment(cfg: FmpRunConfig, hyp: str | Path, out: str | Path, *, state: str | Path | None = None,
+                       argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Check a deployment against the simulation of the same config: the simulation (:func:`federation` on
+    this machine, which reads ``data.test``: a check, not a deployment) run locally, then the test WER of its
+    choices and of the devices' 1-best ``hyp`` (``privasr device rescore``, concatenated) with the same scorer,
+    the utterances whose words differ and, with ``state`` (the deployment's final server state), the largest
+    difference of the server's sums. Writes ``out/results.json`` and ``out/report.md``.
+
+    Raises:
+        InputError: a 1-best file missing a test utterance or holding another.
+    """
+    from privasr.federated.loop import run_federated
+    from privasr.federated.tree import load_tree
+    from privasr.metrics import wer
+    from privasr.results import write_results
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {}
+    _, test = load_data(cfg, info)
+    dep = _read_one_best(Path(hyp))
+    ids = [nb.utt_id for nb in test]
+    missing = [u for u in ids if u not in dep]
+    extra = sorted(set(dep) - set(ids))
+    if missing or extra:
+        raise InputError(f"{len(missing)} test utterance(s) missing (e.g. {missing[:3]}), {len(extra)} not in the "
+                         f"test set (e.g. {extra[:3]})", path=hyp, expected="one line per test utterance")
+    fed = federation(cfg, out / "simulation")
+    res = run_federated(fed.algorithm, fed.clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
+                        privacy=fed.privacy)
+    chosen: dict[str, int] = {}
+    for i, c in enumerate(fed.clients):
+        chosen.update(fed.algorithm.finish(c, res.client_states.get(i))["chosen"])
+    refs = [nb.ref for nb in test]
+    sim_words = _words(chosen, test)
+    dep_words = [dep[u] for u in ids]
+    w_sim, w_dep = wer(refs, sim_words), wer(refs, dep_words)
+    metrics: dict[str, Any] = {
+        "wer_simulation": w_sim.wer, "wer_deployment": w_dep.wer, "errors_simulation": int(w_sim.errors),
+        "errors_deployment": int(w_dep.errors), "ref_words": int(w_sim.ref_words),
+        "utterances": len(ids), "utterances_differing": int(sum(a != b for a, b in zip(sim_words, dep_words,
+                                                                                     strict=True))),
+        "clients": len(fed.clients), "rounds": fed.rounds}
+    if state is not None:
+        dstate = load_tree(state)
+        metrics["sum_max_abs_diff"] = float(np.max(np.abs(np.asarray(dstate["sum"]) - res.state["sum"])))
+        metrics["sum_max_abs"] = float(np.max(np.abs(res.state["sum"])))
+    write_results(out, config={**to_dict(cfg), "argv": list(argv or [])}, seed=cfg.seed, metrics=metrics,
+                  data={"hyp": Path(hyp), **({"state": Path(state)} if state is not None else {})})
+    lines = [f"# {cfg.name}: the deployment against the simulation", "",
+             "| | test WER | errors |", "|---|---:|---:|",
+             f"| simulation (this machine, local backend) | {100 * w_sim.wer:.2f}% | {w_sim.errors} |",
+             f"| deployment (the devices' 1-best) | {100 * w_dep.wer:.2f}% | {w_dep.errors} |", "",
+             f"{metrics['utterances_differing']} of {len(ids)} utterances differ."]
+    if state is not None:
+        lines.append(f"Server sums: largest difference {metrics['sum_max_abs_diff']:.3g} "
+                     f"(largest value {metrics['sum_max_abs']:.3g}).")
+    (out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return metrics
+
+
 def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run a validated FMP config; write ``out/results.json`` and ``out/report.md``; return the metrics.
 
