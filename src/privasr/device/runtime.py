@@ -90,14 +90,16 @@ def handle_task(address: str, token: str, trusted: tuple[str, ...], handler: Cal
     return outcome
 
 
-def serve(device: Any, address: str, *, poll: float = 0.05, max_tasks: int | None = None,
+def serve(device: Any, address: str, *, poll: float = 0.05, idle: float = 0.5, max_tasks: int | None = None,
           stop: Callable[[], bool] | None = None) -> dict[str, int]:
     """Serve the SuperNode whose Runtime API is at ``address`` with ``device``
     (:class:`~privasr.device.node.Device`) until ``stop()`` says so, ``max_tasks`` tasks were handled, or the
     process is stopped; the counts of tasks done, refused and failed.
 
-    The SuperNode may start after this process (connection errors are retried each ``poll`` seconds, up to 1 s
-    apart).
+    The SuperNode is asked for a task ``poll`` seconds after the last one (SecAgg+'s stages come back to back),
+    then ever less often, up to every ``idle`` seconds while nothing comes (Flower's SuperNode itself asks the
+    SuperLink every 3 s when idle). The SuperNode may start after this process (connection errors are retried
+    the same way, up to 1 s apart).
     """
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore.constant import TaskType
@@ -117,11 +119,12 @@ def serve(device: Any, address: str, *, poll: float = 0.05, max_tasks: int | Non
                 time.sleep(wait)
                 wait = min(1.0, wait * 2)
                 continue
-            wait = poll
             if res.HasField("task") and res.token:
                 counts[handle_task(address, res.token, trusted, device.handle)] += 1
+                wait = poll
             else:
-                time.sleep(poll)
+                time.sleep(wait)
+                wait = min(idle, wait * 1.5)
     finally:
         acquire.close()
     return counts
