@@ -339,7 +339,8 @@ def _report(config: dict[str, Any], m: dict[str, Any]) -> str:
               f"| peak traced memory (kB) | {r['peak_bytes']['device'] / 1e3:.0f} | "
               f"{r['peak_bytes']['simulation'] / 1e3:.0f} | {r['peak_ratio']:.2f} |", "",
               f"The device's own preparation (files, NNLM scores, ids) is {r['prepare_share']:.0%} of its round time "
-              f"(mean {r['prepare_s_mean'] * 1e3:.1f} ms a round). The bundle, downloaded once: "
+              f"(mean {r['prepare_s_mean'] * 1e3:.1f} ms a round); without it, a device round takes "
+              f"{r['round_ratio_without_prepare']:.2f}x the simulation's. The bundle, downloaded once: "
               f"{r['bundle_bytes'] / 1e3:.0f} kB, {r['bundle_vs_rounds']:.1f}x the run's per-round traffic of a "
               "device.", ""]
     return "\n".join(lines)

@@ -12,7 +12,8 @@ every message serialised and parsed as between processes, :mod:`privasr.federate
 Metrics (ratios device / simulation, measured in the same run):
 
 * ``round_s`` (mean and p95 over every device round), ``round_ratio``; ``prepare_s``: the device's own
-  preparation inside its rounds (reading the files, NNLM scores, ids), the work the simulation did beforehand;
+  preparation inside its rounds (reading the files, NNLM scores, ids), the work the simulation did beforehand,
+  and ``round_ratio_without_prepare``: the rest of the device's round against the simulation's client;
 * ``bytes_down_round`` / ``bytes_up_round``: the serialised message contents per round (mean), and their ratios
   (the same protocol: ~1); ``bundle_bytes``: the one-time download of the bundle, ``bundle_vs_rounds``: it against
   the run's whole per-device traffic;
@@ -128,7 +129,7 @@ def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
 
     def stats(grid: Any) -> dict[str, float]:
         xs = [x for x in grid.exchanges if x.message_type == "train"]
-        secs = np.array([x.seconds for x in xs])
+        secs = np.array([x.node_s for x in xs])
         return {"round_s_mean": float(secs.mean()), "round_s_p95": float(np.percentile(secs, 95)),
                 "bytes_down_round": float(np.mean([x.bytes_down for x in xs])),
                 "bytes_up_round": float(np.mean([x.bytes_up for x in xs])), "rounds": len(xs)}
@@ -140,7 +141,9 @@ def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
         "device": d, "simulation": s,
         "round_ratio": d["round_s_mean"] / s["round_s_mean"],
         "round_ratio_p95": d["round_s_p95"] / s["round_s_p95"],
-        "prepare_s_mean": float(np.mean(prep)), "prepare_share": float(np.sum(prep)) / (d["round_s_mean"] * d["rounds"]),
+        "prepare_s_mean": float(np.mean(prep)),
+        "prepare_share": float(np.sum(prep)) / (d["round_s_mean"] * d["rounds"]),
+        "round_ratio_without_prepare": (d["round_s_mean"] - float(np.sum(prep)) / d["rounds"]) / s["round_s_mean"],
         "bytes_down_ratio": d["bytes_down_round"] / s["bytes_down_round"],
         "bytes_up_ratio": d["bytes_up_round"] / s["bytes_up_round"],
         "bundle_bytes": bundle_bytes,
