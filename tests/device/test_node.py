@@ -229,3 +229,14 @@ def test_devices_under_dp_with_distributed_noise_match_the_simulation(synth_corp
     assert np.array_equal(res.state["sum"], ref.state["sum"]) and np.abs(res.state["sum"]).max() > 0
     assert res.history[-1].metrics["epsilon"] == pytest.approx(ref.history[-1].metrics["epsilon"])
     assert res.history[-1].reported is None  # a DP run publishes no count of the devices that reported
+    # the check of a secure deployment simulates the same SecAgg+ protocol: nothing differs at all
+    from privasr.federated.tree import save_tree
+
+    (tmp_path / "1best.txt").write_text("".join(f"{u} {t}\n" for d in devices for u, t in d.rescore()))
+    save_tree(tmp_path / "state.npz", res.state)
+    (tmp_path / "c.json").write_text(json.dumps(c).replace("1e-05", "1.0e-05"))  # YAML reads 1e-05 as text
+    assert main(["fmp", "compare-deployment", "--config", str(tmp_path / "c.json"), "--hyp",
+                 str(tmp_path / "1best.txt"), "--state", str(tmp_path / "state.npz"), "--out",
+                 str(tmp_path / "cmp")]) == 0
+    m = json.loads((tmp_path / "cmp" / "results.json").read_text())["metrics"]
+    assert m["utterances_differing"] == 0 and m["sum_max_abs_diff"] == 0.0

@@ -841,7 +841,9 @@ def _read_one_best(path: Path) -> dict[str, tuple[str, ...]]:
 def compare_deployment(cfg: FmpRunConfig, hyp: str | Path, out: str | Path, *, state: str | Path | None = None,
                        argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Check a deployment against the simulation of the same config: the simulation (:func:`federation` on
-    this machine, which reads ``data.test``: a check, not a deployment) run locally, then the test WER of its
+    this machine, which reads ``data.test``: a check, not a deployment) run locally (with SecAgg+ configured:
+    Flower's SecAgg+ protocol in one process, :func:`~privasr.federated.backends.flower_inprocess.run_inprocess`,
+    the deployment's seeds, quantisation and noise shares), then the test WER of its
     choices and of the devices' 1-best ``hyp`` (``privasr device rescore``, concatenated) with the same scorer,
     the utterances whose words differ and, with ``state`` (the deployment's final server state), the largest
     difference of the server's sums. Writes ``out/results.json`` and ``out/report.md``.
@@ -866,8 +868,15 @@ def compare_deployment(cfg: FmpRunConfig, hyp: str | Path, out: str | Path, *, s
         raise InputError(f"{len(missing)} test utterance(s) missing (e.g. {missing[:3]}), {len(extra)} not in the "
                          f"test set (e.g. {extra[:3]})", path=hyp, expected="one line per test utterance")
     fed = federation(cfg, out / "simulation")
-    res = run_federated(fed.algorithm, fed.clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
-                        privacy=fed.privacy)
+    if fed.secagg is not None and fed.secagg.enabled:  # the same SecAgg+ protocol, seeds and noise shares
+        from privasr.federated.backends.flower_inprocess import run_inprocess
+
+        res = run_inprocess(fed.algorithm, fed.clients, rounds=fed.rounds, sampler=fed.sampler,
+                            workdir=out / "simulation", seed=fed.seed, min_clients=fed.min_clients,
+                            privacy=fed.privacy, secagg=fed.secagg, client_states=True)
+    else:
+        res = run_federated(fed.algorithm, fed.clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
+                            min_clients=fed.min_clients, privacy=fed.privacy)
     chosen: dict[str, int] = {}
     for i, c in enumerate(fed.clients):
         chosen.update(fed.algorithm.finish(c, res.client_states.get(i))["chosen"])

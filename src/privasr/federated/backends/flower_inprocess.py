@@ -206,7 +206,7 @@ class InProcessGrid:
 
 def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sampler: Any, workdir: Any,
                   seed: int = 0, min_clients: int = 1, privacy: Any = None, secagg: Any = None,
-                  client_timeout: float | None = None) -> Any:
+                  client_timeout: float | None = None, client_states: bool = False) -> Any:
     """The ServerApp's whole loop over an :class:`InProcessGrid`: Flower's real ``ClientApp`` (with
     ``secaggplus_mod`` when ``secagg`` is enabled) answering every message in this process, one node per client.
 
@@ -216,7 +216,8 @@ def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sample
     under ``workdir`` for the ClientApp, as the simulation does; the client states stay on the grid's nodes.
 
     Returns:
-        The :class:`~privasr.federated.loop.FederatedResult` (client states not collected).
+        The :class:`~privasr.federated.loop.FederatedResult` (client states collected from the nodes only with
+        ``client_states``).
 
     Raises:
         ConfigError: the loop's and the secure aggregation's checks.
@@ -241,7 +242,7 @@ def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sample
             grid = InProcessGrid(make_client_app(path, None, secure=secure is not None), len(clients),
                                  keep_messages=False)
             spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout,
-                               privacy, None, False, 5.0, 0.01, secagg=secure)
+                               privacy, None, client_states, 5.0, 0.01, secagg=secure)
             return _serve(grid, spec)
     finally:
         path.unlink(missing_ok=True)
