@@ -1,8 +1,8 @@
 """``privasr serve`` (the operator's side) and ``privasr device`` (each device's own side) of a deployment
 whose devices hold their own data.
 
-* ``privasr serve fmp --config CONFIG --devices N --out KIT``: the operator's stages on its own data only (the
-  NNLM's text, ``data.dev``), then the kit (:mod:`privasr.federated.backends.flower_serve`): the bundle, a
+* ``privasr serve fmp|fedlm --config CONFIG --devices N --out KIT``: the operator's stages on its own data only
+  (the NNLM's text, ``data.dev``), then the kit (:mod:`privasr.federated.backends.flower_serve`): the bundle, a
   code-free Flower app, the server's spec, credentials, commands. ``data.test`` is never opened.
 * ``privasr device init DEVICE --bundle B --bundle-hash H --index I --trust-app FAB``: a device folder
   (:mod:`privasr.device.folder`).
@@ -31,36 +31,28 @@ device_app = typer.Typer(help="A device's own side of a deployment: its folder, 
                               "its personalised 1-best.", no_args_is_help=True)
 
 
-@serve_app.command("fmp")
-def serve_fmp(
-    config: Path = typer.Option(..., "--config", help="An FMP config (data.dev is the operator's; data.test is "
-                                                      "never opened)."),
-    devices: int = typer.Option(..., "--devices", help="The number of devices (one key pair each)."),
-    out: Path = typer.Option(..., "--out", help="The kit's folder (new)."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
-    hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
-    port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
-) -> None:
-    """Prepare FMP on the operator's own data and write the kit the devices and the server need."""
+def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: list[str], hosts: list[str],
+           port: int) -> None:
+    import importlib
+    import json
+
     from privasr.config import apply_overrides, parse_overrides, read_config
-    from privasr.experiments.fmp import load_fmp_config, operator_side
     from privasr.federated.backends.flower_serve import write_serve_kit
 
     if devices < 1:
         raise ConfigError(f"--devices {devices}", expected="at least 1")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not an empty folder", expected="a new folder for the kit")
+    module = importlib.import_module(f"privasr.experiments.{algorithm}")
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     try:
-        cfg = load_fmp_config(raw)
+        cfg = getattr(module, f"load_{algorithm}_config")(raw)
     except InputError as e:
         raise e.at(config) from None
     work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
-    with Console(stderr=True).status(f"preparing fmp ({cfg.name}) on the operator's data"):
-        federation, write = operator_side(cfg, work, devices)
+    with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
+        federation, write = module.operator_side(cfg, work, devices)
         kit = write_serve_kit(out, federation, write, hosts=hosts, port=port)
-    import json
-
     info = json.loads((kit / "kit.json").read_text())
     con = Console()
     con.print(f"{devices} devices, {federation.rounds} rounds"
@@ -69,6 +61,35 @@ def serve_fmp(
     con.print(f"[bold]bundle:[/] {kit / 'bundle'} sha256 {info['bundle']}")
     con.print(f"[bold]app:[/] sha256 {info['app']}")
     con.print(f"[bold]commands:[/] {kit / 'COMMANDS.md'}")
+
+
+_CONFIG_HELP = "The runner's config (data.dev is the operator's; data.test is never opened)."
+
+
+@serve_app.command("fmp")
+def serve_fmp(
+    config: Path = typer.Option(..., "--config", help=_CONFIG_HELP),
+    devices: int = typer.Option(..., "--devices", help="The number of devices (one key pair each)."),
+    out: Path = typer.Option(..., "--out", help="The kit's folder (new)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
+    hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
+    port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+) -> None:
+    """Prepare FMP on the operator's own data and write the kit the devices and the server need."""
+    _serve("fmp", config, devices, out, overrides, hosts, port)
+
+
+@serve_app.command("fedlm")
+def serve_fedlm(
+    config: Path = typer.Option(..., "--config", help=_CONFIG_HELP),
+    devices: int = typer.Option(..., "--devices", help="The number of devices (one key pair each)."),
+    out: Path = typer.Option(..., "--out", help="The kit's folder (new)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
+    hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
+    port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+) -> None:
+    """Prepare fedlm (NNLM, confidence classifier) on the operator's own data and write the kit."""
+    _serve("fedlm", config, devices, out, overrides, hosts, port)
 
 
 @device_app.command("init")

@@ -593,16 +593,53 @@ class ConfidenceModel:
 
     # ------------------------------------------------------------------- storage
 
-    def save(self, path: str | Path) -> Path:
-        """Write the model to one ``.npz`` file of plain arrays and a JSON header (no pickle); return the path."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
+    def to_arrays(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The model as ``(meta, arrays)``: a JSON-able header and plain numeric arrays (what :meth:`save` writes,
+        and what a model bundle carries: :mod:`privasr.device`)."""
         meta = {"format": FORMAT, "version": _FORMAT_VERSION, "kind": self.kind, "uses_lm": self.uses_lm,
                 "posterior_scale": self.posterior_scale, "feature_names": list(self.feature_names),
                 "calibrated": self.calibrated, "info": self.info}
         arrays = {f"clf_{k}": v for k, v in self._predictor.arrays().items()}
         if self._iso_x is not None:
             arrays["iso_x"], arrays["iso_y"] = self._iso_x, self._iso_y
+        return meta, arrays
+
+    @classmethod
+    def from_arrays(cls, meta: Any, arrays: Mapping[str, np.ndarray]) -> ConfidenceModel:
+        """The model of :meth:`to_arrays`' output.
+
+        Raises:
+            InputError: a header of another format or version, features of another set, missing or bad arrays.
+        """
+        try:
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise InputError("not a confidence model", expected=f"a {FORMAT} model")
+            if meta.get("version") != _FORMAT_VERSION:
+                raise InputError(f"confidence model format version {meta.get('version')!r}",
+                                 expected=f"version {_FORMAT_VERSION}")
+            names = meta.get("feature_names")
+            if names not in KNOWN_FEATURES:
+                raise InputError("confidence model was trained on other features",
+                                 expected="the N-best or the CTM feature set")
+            kind = meta["kind"]
+            clf = {k[4:]: v for k, v in arrays.items() if k.startswith("clf_")}
+            predictor: _Trees | _Network = _Trees.from_arrays(clf) if kind == "gbm" else _Network.from_arrays(clf)
+            iso_x = _floats(arrays["iso_x"]) if meta["calibrated"] else None
+            iso_y = _floats(arrays["iso_y"]) if meta["calibrated"] else None
+            return cls(kind, predictor, iso_x, iso_y, uses_lm=bool(meta["uses_lm"]),
+                       posterior_scale=float(meta["posterior_scale"]), info=dict(meta.get("info") or {}),
+                       feature_names=names)
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise InputError(f"corrupt confidence model ({type(e).__name__}: {e})"[:200],
+                             expected=f"a {FORMAT} model") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model to one ``.npz`` file of plain arrays and a JSON header (no pickle); return the path."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        meta, arrays = self.to_arrays()
         buf = io.BytesIO()
         np.savez_compressed(buf, meta=np.array(json.dumps(meta, allow_nan=False)), **arrays)
         p.write_bytes(buf.getvalue())
@@ -622,23 +659,7 @@ class ConfidenceModel:
                              expected=f"a {FORMAT} .npz file") from None
         try:
             meta = json.loads(str(arrays.pop("meta")[()]))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise InputError("not a confidence model", expected=f"a {FORMAT} .npz file")
-            if meta.get("version") != _FORMAT_VERSION:
-                raise InputError(f"confidence model format version {meta.get('version')!r}",
-                                 expected=f"version {_FORMAT_VERSION}")
-            names = meta.get("feature_names")
-            if names not in KNOWN_FEATURES:
-                raise InputError("confidence model was trained on other features",
-                                 expected="the N-best or the CTM feature set")
-            kind = meta["kind"]
-            clf = {k[4:]: v for k, v in arrays.items() if k.startswith("clf_")}
-            predictor: _Trees | _Network = _Trees.from_arrays(clf) if kind == "gbm" else _Network.from_arrays(clf)
-            iso_x = _floats(arrays["iso_x"]) if meta["calibrated"] else None
-            iso_y = _floats(arrays["iso_y"]) if meta["calibrated"] else None
-            return cls(kind, predictor, iso_x, iso_y, uses_lm=bool(meta["uses_lm"]),
-                       posterior_scale=float(meta["posterior_scale"]), info=dict(meta.get("info") or {}),
-                       feature_names=names)
+            return cls.from_arrays(meta, arrays)
         except InputError as e:
             raise e.at(p) from None
         except (KeyError, TypeError, ValueError, IndexError, json.JSONDecodeError) as e:

@@ -1,4 +1,4 @@
-"""A device serving a federated FMP run, and rescoring its own lists for its user.
+"""A device serving a federated run (FMP or fedlm), and (FMP) rescoring its own lists for its user.
 
 :class:`Device` joins a device folder (:mod:`privasr.device.folder`) and the model it builds from the operator's
 bundle (:class:`~privasr.device.fmp.FmpDeviceModel`). It answers the server's Flower messages with privasr's
@@ -41,9 +41,15 @@ class Device:
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, replay: str | os.PathLike[str] | None = None) -> None:
+        from privasr.device.bundle import read_bundle
+        from privasr.device.fedlm import FEDLM_BUNDLE, FedLmDeviceModel
+
         self.folder = DeviceFolder(folder)
         self.replay = None if replay is None else Path(replay)
-        self.model = FmpDeviceModel.load(self.folder.bundle, expected=self.folder.bundle_hash)
+        kind = read_bundle(self.folder.bundle, expected=self.folder.bundle_hash).kind
+        self.kind = kind
+        self.model: Any = (FedLmDeviceModel if kind == FEDLM_BUNDLE else FmpDeviceModel).load(
+            self.folder.bundle, expected=self.folder.bundle_hash)
         run = self.model.bundle.settings.get("run", {})
         self.secure = bool(run.get("secagg"))
         self._groups: dict[int, tuple[Any, ...]] = {}
@@ -52,8 +58,10 @@ class Device:
     # -- data ----------------------------------------------------------------------------------------------
 
     def prepare(self, nbests: list[Any]) -> list[dict[str, Any]]:
-        """One stored dict per utterance: the FMP inputs (ids, baseline totals, weight) and the hypotheses'
-        words (for the user's 1-best and exact renormalisation)."""
+        """One stored dict per utterance: FMP's inputs (ids, baseline totals, weight) and the hypotheses' words
+        (for the user's 1-best and exact renormalisation); fedlm's 1-best ids and word confidences."""
+        if self.kind != "fmp":
+            return list(self.model.utterances(nbests))
         utts = self.model.utterances(nbests)
         return [{"utt_id": u.utt_id, "word_ids": list(u.word_ids), "base": np.asarray(u.base),
                  "bias_weight": float(u.bias_weight), "hyps": [" ".join(h.words) for h in nb.hyps]}
@@ -69,9 +77,13 @@ class Device:
         return self._groups[r]
 
     def client(self, upto: int) -> Any:
-        """The device's :class:`~privasr.federated.algorithms.fmp.FmpClient`: the groups of rounds
-        ``0 .. upto`` (a round the device was not asked in has an empty group)."""
+        """The device's client: FMP's :class:`~privasr.federated.algorithms.fmp.FmpClient` of the groups of rounds
+        ``0 .. upto`` (a round the device was not asked in has an empty group); fedlm's
+        :class:`~privasr.federated.algorithms.fedlm.FedLmClient` of every utterance taken so far."""
         from privasr.federated.algorithms.fmp import FmpClient
+
+        if self.kind != "fmp":
+            return self.model.client(self.folder.name, [self.folder.group(t) for t in range(upto + 1)])
 
         return FmpClient(self.folder.name, tuple(self._group(t) for t in range(upto + 1)))
 
@@ -85,7 +97,9 @@ class Device:
         return out
 
     def algorithm(self) -> Any:
-        """The device's FMP algorithm (with exact renormalisation over its own lists when the bundle says so)."""
+        """The device's algorithm (FMP: with exact renormalisation over its own lists when the bundle says so)."""
+        if self.kind != "fmp":
+            return self.model.algorithm()
         normalized = bool(self.model.bundle.settings.get("normalized"))
         return self.model.algorithm(self._nbests() if normalized else ())
 
@@ -175,7 +189,13 @@ class Device:
 
         Raises:
             InputError: a device with no utterances.
+            ConfigError: a device of another algorithm than FMP (its model is the server's).
         """
+        if self.kind != "fmp":
+            from privasr.errors import ConfigError
+
+            raise ConfigError(f"a {self.kind} device has no personal rescoring",
+                              expected="an FMP device (fedlm's adapted model is the server's release)")
         done = self.folder.taken_rounds()
         last = max([*done, -1]) + 1
         self.folder.take(last, self.prepare)

@@ -732,6 +732,61 @@ def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], ini
     return alg, sampler, _privacy(dp, conf.clip_norm, sampler)
 
 
+def operator_side(cfg: FedLmRunConfig, out: str | Path, devices: int) -> tuple[Any, Any]:
+    """The operator's half of a deployment (``privasr serve fedlm``) for N-best data: the pre-trained NNLM and,
+    with ``confidence.source: classifier`` (or ``auto`` on lists without confidences), a word-confidence
+    classifier trained on ``data.dev``'s references (the operator's own labelled lists); ``data.test`` (the
+    devices' lists) is never opened.
+
+    Returns:
+        The server's :class:`~privasr.federated.loop.Federation` over ``devices`` clients (``None`` each) and
+        ``write(folder, run) -> hash`` for the devices' bundle (:func:`~privasr.device.fedlm.write_fedlm_bundle`).
+
+    Raises:
+        ConfigError: Earnings-21 data (its CTM devices are not built yet), ``confidence.source: oracle`` (it needs
+            the devices' references), ``data.client_text: reference``.
+    """
+    from privasr.confidence.model import ConfidenceModel
+    from privasr.corpus.load import load_nbest
+    from privasr.device.fedlm import write_fedlm_bundle
+    from privasr.federated.loop import Federation
+
+    if cfg.kind != "nbest":
+        raise ConfigError(f"privasr serve fedlm takes N-best data, not data.kind={cfg.kind!r}",
+                          expected="data.kind: nbest (devices with CTM files are not built yet)")
+    if cfg.data.client_text == "reference":
+        raise ConfigError("data.client_text: reference trains on references, which devices do not have",
+                          expected="data.client_text: first_pass")
+    source = cfg.confidence.source or "auto"
+    if source == "oracle":
+        raise ConfigError("confidence.source: oracle needs the devices' references",
+                          expected="data, classifier, none or auto")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    assert cfg.data.dev is not None
+    dev = load_nbest(cfg.data.dev, None)
+    if source == "auto":
+        source = "data" if all(nb.best.confidences is not None for nb in dev if nb.best.words) else "classifier"
+    classifier = None
+    if source == "classifier":
+        labelled = [nb for nb in dev if nb.best.words and nb.ref is not None]
+        if not labelled:
+            raise InputError("no dev list has a reference to train the confidence classifier on",
+                             path=cfg.data.dev, expected="references in the operator's data.dev")
+        classifier = ConfidenceModel.fit(labelled, kind=cfg.confidence.kind, seed=cfg.seed)
+    model = build_model(cfg, out)
+    alg, sampler, privacy = _algorithm(cfg, model, cfg.fedlm, cfg.init, cfg.dp)
+    fed = cfg.federated
+    federation = Federation(alg, [None] * int(devices), cfg.rounds, sampler, cfg.seed, fed.min_clients, privacy,
+                            fed.secagg, key={"experiment": "fedlm", "name": cfg.name}, name=cfg.name)
+
+    def write(folder: str | Path, run: Mapping[str, Any]) -> str:
+        return write_fedlm_bundle(folder, algorithm=alg, confidence=source, classifier=classifier,
+                                  rounds=cfg.rounds, run=run)
+
+    return federation, write
+
+
 def federation(cfg: FedLmRunConfig, out: str | Path) -> Any:
     """The main federated run of :func:`run_fedlm` (a :class:`~privasr.federated.loop.Federation`): the stages
     before it (:func:`load_data`, :func:`build_model`, :func:`encode`), then its clients and algorithm with the

@@ -1,0 +1,99 @@
+"""fedlm devices: each builds its client from its own N-best lists with the bundle (1-best text, word
+confidences from the operator's classifier), served through Flower's message path in one process, against the
+same run over clients built on the operator's machine."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from privasr.cli import main
+from privasr.device.folder import init_device, write_replay
+from privasr.device.node import Device
+from privasr.errors import ConfigError
+
+from .conftest import fmp_config
+
+
+def _fedlm_config(corpus, cache, **over):
+    c = fmp_config(corpus, cache)
+    raw = {"name": "fedlm-devices", "seed": 0,
+           "data": {"kind": "nbest", "dev": str(corpus / "nbest" / "dev.jsonl"),
+                    "test": str(corpus / "nbest" / "test.jsonl")},
+           "clients": {"key": "client"}, "nnlm": c["nnlm"], "cache_dir": str(cache),
+           "confidence": {"source": "classifier", "kind": "gbm"},
+           "fedlm": {"loss": "token", "batch_size": 8, "client_lr": 0.5, "server": {"name": "adam", "lr": 0.01}},
+           "rounds": 2, "federated": {"backend": "local", "sampler": "all"}}
+    raw.update(over)
+    return raw
+
+
+def test_fedlm_devices_match_the_operator_side_clients(synth_corpus, tmp_path, monkeypatch):
+    import pickle
+
+    from privasr.corpus.load import load_nbest
+    from privasr.corpus.records import Population
+    from privasr.device.bundle import read_bundle
+    from privasr.experiments.fedlm import load_fedlm_config, operator_side
+    from privasr.federated.algorithms.fedlm import FedLmClient
+    from privasr.federated.backends.flower import _serve, _ServerSpec
+    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+    from privasr.federated.backends.flower_serve import write_serve_kit
+    from privasr.federated.loop import run_federated
+
+    cfg = load_fedlm_config(_fedlm_config(synth_corpus, tmp_path / "cache"))
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    pop = list(Population.group(test, key="client"))
+    fed, write = operator_side(cfg, tmp_path / "prepare", len(pop))
+    kit = write_serve_kit(tmp_path / "kit", fed, write)
+    info = json.loads((kit / "kit.json").read_text())
+    b = read_bundle(kit / "bundle", expected=info["bundle"])
+    assert b.kind == "fedlm" and b.settings["confidence"]["source"] == "classifier"
+    assert not any(k.startswith("nnlm/") for k in b.arrays)  # the weights come with every round
+    reps = write_replay(test, tmp_path / "replay", key="client", rounds=0)  # every list there from the start
+    devices = [Device(init_device(tmp_path / f"d{i}", bundle=kit / "bundle", bundle_hash=info["bundle"], index=i,
+                                  name=name, trusted_apps=(info["app"],)).root, replay=r)
+               for i, (name, r) in enumerate(reps)]
+    assert all(d.kind == "fedlm" for d in devices)
+
+    def no_pickle(*a, **k):
+        raise AssertionError("a device unpickled something")
+
+    with monkeypatch.context() as m:
+        m.setattr(pickle, "load", no_pickle)
+        m.setattr(pickle, "loads", no_pickle)
+        grid = InProcessGrid(lambda msg, ctx: devices[int(ctx.node_config["partition-id"])].handle(msg, ctx),
+                             len(devices), keep_messages=False)
+        spec = _ServerSpec(fed.algorithm, len(devices), fed.rounds, fed.sampler, int(fed.seed), fed.min_clients,
+                           None, fed.privacy, None, False, 5.0, 0.01, checkpoint_dir=str(tmp_path / "ckpt"),
+                           resume=True, key=fed.key)
+        with task_identity():
+            res = _serve(grid, spec)
+    # the same clients made on the operator's machine: the 1-best as ids, the classifier's confidences
+    model = devices[0].model
+    clients = []
+    for c in pop:
+        kept = [nb for nb in c.utterances if nb.best.words]
+        conf = [np.clip(np.asarray(x, dtype=np.float64), 0, 1) for x in model.classifier.predict_many(kept)]
+        clients.append(FedLmClient(c.id, tuple(tuple(model.vocab.encode(nb.best.words)) for nb in kept),
+                                   tuple(conf)))
+    local = run_federated(fed.algorithm, clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed)
+    for k, v in local.state["params"].items():
+        np.testing.assert_allclose(res.state["params"][k], v, rtol=1e-6, atol=1e-7)
+    assert any(not np.array_equal(local.state["params"][k], fed.algorithm.init_state[k])
+               for k in local.state["params"])  # the model moved
+    with pytest.raises(ConfigError, match="no personal rescoring"):
+        devices[0].rescore()
+
+
+def test_serve_fedlm_refusals(synth_corpus, tmp_path, capsys):
+    for over, match in (({"confidence": {"source": "oracle"}}, "needs the devices' references"),
+                        ({"data": {"kind": "nbest", "dev": str(synth_corpus / "nbest" / "dev.jsonl"),
+                                   "test": str(synth_corpus / "nbest" / "test.jsonl"),
+                                   "client_text": "reference"}}, "which devices do not have")):
+        (tmp_path / "c.json").write_text(json.dumps(_fedlm_config(synth_corpus, tmp_path / "cache", **over)))
+        assert main(["serve", "fedlm", "--config", str(tmp_path / "c.json"), "--devices", "2", "--out",
+                     str(tmp_path / "k")]) == 2
+        assert match in capsys.readouterr().err
