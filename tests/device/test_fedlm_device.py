@@ -31,7 +31,10 @@ def _fedlm_config(corpus, cache, **over):
 
 
 def test_fedlm_devices_match_the_operator_side_clients(synth_corpus, tmp_path, monkeypatch):
+    import os
     import pickle
+    import sys
+    from pathlib import Path
 
     from privasr.corpus.load import load_nbest
     from privasr.corpus.records import Population
@@ -44,10 +47,24 @@ def test_fedlm_devices_match_the_operator_side_clients(synth_corpus, tmp_path, m
     from privasr.federated.loop import run_federated
 
     cfg = load_fedlm_config(_fedlm_config(synth_corpus, tmp_path / "cache"))
-    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    test_file = (synth_corpus / "nbest" / "test.jsonl").resolve()
+    test = load_nbest(test_file)
     pop = list(Population.group(test, key="client"))
-    fed, write = operator_side(cfg, tmp_path / "prepare", len(pop))
-    kit = write_serve_kit(tmp_path / "kit", fed, write)
+    opened: list[str] = []
+    active = [True]
+
+    def hook(event, args):
+        if active[0] and event == "open" and isinstance(args[0], str | os.PathLike):
+            opened.append(os.fspath(args[0]))
+
+    sys.addaudithook(hook)
+    try:
+        fed, write = operator_side(cfg, tmp_path / "prepare", len(pop))
+        kit = write_serve_kit(tmp_path / "kit", fed, write)
+    finally:
+        active[0] = False
+    assert not any(Path(p).resolve() == test_file for p in opened)  # the devices' lists are never opened
+    assert any(Path(p).name == "dev.jsonl" for p in opened)
     info = json.loads((kit / "kit.json").read_text())
     b = read_bundle(kit / "bundle", expected=info["bundle"])
     assert b.kind == "fedlm" and b.settings["confidence"]["source"] == "classifier"

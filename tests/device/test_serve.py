@@ -248,3 +248,52 @@ def test_killing_the_launcher_leaves_no_process_and_a_rerun_resumes(request, ser
     assert not alive, f"orphans left: {alive}"
     result = run_serve_kit(kit, devs, run_timeout=600, replays=reps)
     assert result.resumed_from >= 1 and len(result.history) == fed.rounds
+
+
+@pytest.mark.slow
+def test_real_fedlm_devices_with_secagg_match_the_operator_side_run(request, synth_corpus, tmp_path):
+    """``privasr serve fedlm`` (clipped deltas, FedAvg) with SecAgg+, 3 real devices whose lists are all there from
+    the start: the final parameters equal the local run over the same clients made on the operator's machine,
+    within SecAgg's quantisation."""
+    _skip_unless_slow(request)
+    from privasr.corpus.load import load_nbest
+    from privasr.corpus.records import Population
+    from privasr.device.node import Device
+    from privasr.federated.algorithms.fedlm import FedLmClient
+    from privasr.federated.loop import run_federated
+    from privasr.federated.tree import load_tree
+
+    from .test_fedlm_device import _fedlm_config
+
+    config = _fedlm_config(synth_corpus, tmp_path / "cache",
+                           fedlm={"loss": "token", "batch_size": 8, "client_lr": 0.5, "clip_norm": 1.0,
+                                  "server": {"name": "sgd", "lr": 1.0}},
+                           federated={"backend": "flower", "secagg": {"enabled": True}})
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    assert main(["serve", "fedlm", "--config", str(tmp_path / "c.json"), "--devices", "3", "--out",
+                 str(tmp_path / "kit")]) == 0
+    kit = tmp_path / "kit"
+    info = read_serve_kit(kit)
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    reps = write_replay(test, tmp_path / "replay", key="client", rounds=0)
+    args = []
+    for i, (name, r) in enumerate(reps):
+        assert main(["device", "init", str(tmp_path / f"d{i}"), "--bundle", str(kit / "bundle"), "--bundle-hash",
+                     info["bundle"], "--index", str(i), "--trust-app", info["app"], "--name", name]) == 0
+        args += ["--devices", str(tmp_path / f"d{i}"), "--replay", str(r)]
+    assert main(["fed", "run", str(kit), *args, "--timeout", "900"]) == 0
+    state = load_tree(kit / "state.npz")
+    from privasr.experiments.fedlm import load_fedlm_config, operator_side
+
+    fed, _ = operator_side(load_fedlm_config(config), tmp_path / "again", 3)
+    model = Device(tmp_path / "d0").model
+    clients = []
+    for c in Population.group(test, key="client"):
+        kept = [nb for nb in c.utterances if nb.best.words]
+        conf = [np.clip(np.asarray(x, dtype=np.float64), 0, 1) for x in model.classifier.predict_many(kept)]
+        clients.append(FedLmClient(c.id, tuple(tuple(model.vocab.encode(nb.best.words)) for nb in kept),
+                                   tuple(conf)))
+    local = run_federated(fed.algorithm, clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed)
+    step = 2 * 1.0 / 2 ** 22  # SecAgg+'s grid for values in [-clip_norm, clip_norm]
+    for k, v in local.state["params"].items():
+        assert np.allclose(state["params"][k], v, rtol=0, atol=fed.rounds * 3 * step + 1e-6), k
