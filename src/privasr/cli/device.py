@@ -1,7 +1,7 @@
 """``privasr serve`` (the operator's side) and ``privasr device`` (each device's own side) of a deployment
 whose devices hold their own data.
 
-* ``privasr serve fmp|fedlm --config CONFIG --devices N --out KIT``: the operator's stages on its own data only
+* ``privasr serve fmp|fedlm|ftl --config CONFIG --devices N --out KIT``: the operator's stages on its own data only
   (the NNLM's text, ``data.dev``), then the kit (:mod:`privasr.federated.backends.flower_serve`): the bundle, a
   code-free Flower app, the server's spec, credentials, commands. ``data.test`` is never opened.
 * ``privasr device init DEVICE --bundle B --bundle-hash H --index I --trust-app FAB``: a device folder
@@ -90,6 +90,20 @@ def serve_fedlm(
 ) -> None:
     """Prepare fedlm (NNLM, confidence classifier) on the operator's own data and write the kit."""
     _serve("fedlm", config, devices, out, overrides, hosts, port)
+
+
+@serve_app.command("ftl")
+def serve_ftl(
+    config: Path = typer.Option(..., "--config", help="An FTL config (synthetic data: the operator uses its "
+                                                      "server speakers only)."),
+    devices: int = typer.Option(..., "--devices", help="The number of devices (one key pair each)."),
+    out: Path = typer.Option(..., "--out", help="The kit's folder (new)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
+    hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
+    port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+) -> None:
+    """Prepare FTL (units, seed model) on the operator's own speakers and write the kit."""
+    _serve("ftl", config, devices, out, overrides, hosts, port)
 
 
 @device_app.command("init")

@@ -171,11 +171,12 @@ class DeviceFolder:
             raise InputError(f"the device's ledger is unreadable ({e})", path=self.ledger_path,
                              expected="the ledger privasr wrote (restore it from a backup)") from None
 
-    def _candidates(self) -> list[Path]:
+    def _candidates(self, companions: tuple[str, ...] = ()) -> list[Path]:
         if not self.inbox.is_dir():
             raise InputError("the inbox is not a folder", path=self.inbox, expected="the user's files")
+        skip = _SKIP + tuple(companions)
         files = [p for p in self.inbox.rglob("*") if p.is_file() and not any(
-            part.startswith(".") for part in p.relative_to(self.inbox).parts) and not p.name.endswith(_SKIP)]
+            part.startswith(".") for part in p.relative_to(self.inbox).parts) and not p.name.endswith(skip)]
         return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.relative_to(self.inbox).as_posix()))
 
     def group(self, r: int) -> list[dict[str, Any]]:
@@ -189,16 +190,20 @@ class DeviceFolder:
         """The rounds that took files (or took nothing new), in order."""
         return sorted(int(r) for r in self.ledger()["rounds"])
 
-    def take(self, r: int, prepare: Callable[[list[Any]], list[dict[str, Any]]]) -> Taken:
-        """Round ``r``'s files: the files that arrived since the last round, prepared by ``prepare`` (N-best
-        lists in, one dict per utterance out). A round already taken returns what it took (a message
-        delivered again after a restart gets the same group).
+    def take(self, r: int, prepare: Callable[[list[Any]], list[dict[str, Any]]],
+             read: Callable[[Path], list[Any]] | None = None, companions: tuple[str, ...] = ()) -> Taken:
+        """Round ``r``'s files: the files that arrived since the last round, read by ``read`` (default: any N-best
+        format, :func:`~privasr.corpus.load.load_nbest`; records with an ``utt_id``) and prepared by ``prepare``
+        (records in, one dict per utterance out). Files ending in one of ``companions`` belong to another file
+        (FTL's features beside their transcripts) and are not taken alone. A round already taken returns what it
+        took (a message delivered again after a restart gets the same group).
 
         Raises:
             InputError: the inbox is missing, the ledger is unreadable.
         """
         from privasr.corpus.load import load_nbest
 
+        read = load_nbest if read is None else read
         led = self.ledger()
         if str(r) in led["rounds"]:
             return Taken(r, self.group(r), list(led["rounds"][str(r)]), [])
@@ -207,7 +212,7 @@ class DeviceFolder:
             return Taken(r, [], [], [])
         seen_utts = set(led.get("utterances", []))
         used, aside, nbests = [], [], []
-        for p in self._candidates():
+        for p in self._candidates(companions):
             name = p.relative_to(self.inbox).as_posix()
             entry = led["files"].get(name)
             if entry is not None:
@@ -218,7 +223,7 @@ class DeviceFolder:
                         entry["changed_logged"] = True
                 continue
             try:
-                recs = load_nbest(p)
+                recs = read(p)
                 ids = [nb.utt_id for nb in recs]
                 dup = next((u for u in ids if u in seen_utts), None)
                 if dup is None and len(set(ids)) != len(ids):

@@ -1,4 +1,4 @@
-"""A device serving a federated run (FMP or fedlm), and (FMP) rescoring its own lists for its user.
+"""A device serving a federated run (FMP, fedlm or FTL), and (FMP) rescoring its own lists for its user.
 
 :class:`Device` joins a device folder (:mod:`privasr.device.folder`) and the model it builds from the operator's
 bundle (:class:`~privasr.device.fmp.FmpDeviceModel`). It answers the server's Flower messages with privasr's
@@ -42,14 +42,18 @@ class Device:
 
     def __init__(self, folder: str | os.PathLike[str], *, replay: str | os.PathLike[str] | None = None) -> None:
         from privasr.device.bundle import read_bundle
-        from privasr.device.fedlm import FEDLM_BUNDLE, FedLmDeviceModel
+        from privasr.device.fedlm import FedLmDeviceModel
+        from privasr.device.ftl import FtlDeviceModel
 
         self.folder = DeviceFolder(folder)
         self.replay = None if replay is None else Path(replay)
         kind = read_bundle(self.folder.bundle, expected=self.folder.bundle_hash).kind
+        models = {"fmp": FmpDeviceModel, "fedlm": FedLmDeviceModel, "ftl": FtlDeviceModel}
+        if kind not in models:
+            raise InputError(f"a bundle of kind {kind!r}", path=self.folder.bundle / "manifest.json",
+                             expected=f"one of {sorted(models)}")
         self.kind = kind
-        self.model: Any = (FedLmDeviceModel if kind == FEDLM_BUNDLE else FmpDeviceModel).load(
-            self.folder.bundle, expected=self.folder.bundle_hash)
+        self.model: Any = models[kind].load(self.folder.bundle, expected=self.folder.bundle_hash)
         run = self.model.bundle.settings.get("run", {})
         self.secure = bool(run.get("secagg"))
         self._groups: dict[int, tuple[Any, ...]] = {}
@@ -59,7 +63,8 @@ class Device:
 
     def prepare(self, nbests: list[Any]) -> list[dict[str, Any]]:
         """One stored dict per utterance: FMP's inputs (ids, baseline totals, weight) and the hypotheses' words
-        (for the user's 1-best and exact renormalisation); fedlm's 1-best ids and word confidences."""
+        (for the user's 1-best and exact renormalisation); fedlm's 1-best ids and word confidences; FTL's words
+        and features."""
         if self.kind != "fmp":
             return list(self.model.utterances(nbests))
         utts = self.model.utterances(nbests)
@@ -79,7 +84,8 @@ class Device:
     def client(self, upto: int) -> Any:
         """The device's client: FMP's :class:`~privasr.federated.algorithms.fmp.FmpClient` of the groups of rounds
         ``0 .. upto`` (a round the device was not asked in has an empty group); fedlm's
-        :class:`~privasr.federated.algorithms.fedlm.FedLmClient` of every utterance taken so far."""
+        :class:`~privasr.federated.algorithms.fedlm.FedLmClient` or FTL's
+        :class:`~privasr.federated.algorithms.ftl.FtlClient` of every utterance taken so far."""
         from privasr.federated.algorithms.fmp import FmpClient
 
         if self.kind != "fmp":
@@ -103,6 +109,13 @@ class Device:
         normalized = bool(self.model.bundle.settings.get("normalized"))
         return self.model.algorithm(self._nbests() if normalized else ())
 
+    def _take(self, r: int) -> Any:
+        if self.kind == "ftl":
+            from privasr.device.ftl import COMPANION_SUFFIXES, read_transcripts
+
+            return self.folder.take(r, self.prepare, read=read_transcripts, companions=COMPANION_SUFFIXES)
+        return self.folder.take(r, self.prepare)
+
     def source(self, context: Any, epoch: int) -> tuple[Any, dict[int, Any]]:
         """For round ``epoch``: take the new files (:meth:`DeviceFolder.take`), then the algorithm and
         ``{index: client}``."""
@@ -110,7 +123,7 @@ class Device:
             from privasr.device.folder import replay_into
 
             replay_into(self.replay, self.folder.inbox, epoch)
-        taken = self.folder.take(epoch, self.prepare)
+        taken = self._take(epoch)
         if taken.used or taken.set_aside:
             log.info("round %d: %d file(s) used, %d set aside", epoch, len(taken.used), len(taken.set_aside))
         return self.algorithm(), {self.folder.index: self.client(epoch)}

@@ -559,6 +559,54 @@ def _clients(cfg: FtlRunConfig, data: _Data, key: str) -> list[FtlClient]:
             for i, g in enumerate(_groups(data.client_speakers, cfg.clients.groups))]
 
 
+def operator_side(cfg: FtlRunConfig, out: str | Path, devices: int) -> tuple[Any, Any]:
+    """The operator's half of a deployment (``privasr serve ftl``): the units and the seed model trained on the
+    server speakers only (cached in ``out/cache``; with ``seed_model.select: best`` the epoch best on held-out
+    server utterances), the algorithm with server replay on the server speakers.
+
+    Only synthetic data for now: an AN4 folder holds the operator's and the devices' speakers together, and the
+    operator would read both. The synthetic corpus is generated whole from its seed (a test bed); only the server
+    speakers' utterances are used here.
+
+    Returns:
+        The server's :class:`~privasr.federated.loop.Federation` over ``devices`` clients (``None`` each) and
+        ``write(folder, run) -> hash`` for the devices' bundle (:func:`~privasr.device.ftl.write_ftl_bundle`).
+
+    Raises:
+        ConfigError: AN4 data, or a CMVN a device cannot apply (``global``).
+    """
+    from privasr.device.ftl import write_ftl_bundle
+    from privasr.federated.loop import Federation
+
+    if cfg.data.kind != "synthetic":
+        raise ConfigError(f"privasr serve ftl takes synthetic data, not data.kind={cfg.data.kind!r}",
+                          expected="data.kind: synthetic (an AN4 folder mixes the operator's and the devices' "
+                                   "speakers)")
+    if cfg.data.cmvn == "global":
+        raise ConfigError("data.cmvn: global on devices", expected="speaker or none (a device normalises with "
+                                                                    "its own statistics)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = prepare_data(cfg)
+    probe = FtlAlgorithm(cfg.ftl, data.model, data.tok)
+    seed_train, select = data.server_examples, None
+    if cfg.seed_model.select == "best":
+        held, kept = _hold_out(data.by_speaker, data.server_speakers, cfg.data.valid_every)
+        seed_train = [e for s in data.server_speakers for e in kept[s]]
+        select = (held, probe.loss)
+    params, _ = _central(cfg, data, None, seed_train, cfg.seed_model.epochs, out / "cache", "seed", select)
+    alg = FtlAlgorithm(cfg.ftl, data.model, data.tok, init_state=params,
+                       replay=data.server_examples if cfg.ftl.replay_steps else None)
+    fed = cfg.federated
+    federation = Federation(alg, [None] * int(devices), cfg.rounds, fed.make_sampler(), cfg.seed, fed.min_clients,
+                            None, fed.secagg, key={"experiment": "ftl", "name": cfg.name}, name=cfg.name)
+
+    def write(folder: str | Path, run: Mapping[str, Any]) -> str:
+        return write_ftl_bundle(folder, algorithm=alg, cmvn=cfg.data.cmvn, rounds=cfg.rounds, run=run)
+
+    return federation, write
+
+
 def federation(cfg: FtlRunConfig, out: str | Path) -> Any:
     """The system's federated run of :func:`run_ftl` (a :class:`~privasr.federated.loop.Federation`): the stages
     before it (:func:`prepare_data`, :func:`train_seed_model`), then its clients and algorithm with the config's
