@@ -34,3 +34,17 @@ def test_device_quick_on_synthetic_data(tmp_path: Path, monkeypatch: pytest.Monk
     assert m["fmp_cache_bias_peak_bytes"] > 0 and m["fedlm_round"]["upload_bytes"] > 0
     report = (tmp_path / "b" / "report.md").read_text()
     assert "onnx_int8" in report and "privasr bench device" in report
+    assert m["device_round"]["bytes_up_ratio"] == 1.0 and "A device round against" in report
+
+
+def test_device_round_against_the_simulation_client() -> None:
+    """The device-round part of ``privasr bench device`` on the tiny corpus: both ways end in the same server
+    sums (measure asserts it); the same messages cross (bytes ratios 1); the device does its own preparation."""
+    pytest.importorskip("flwr")
+    from privasr.bench.device_round import measure
+
+    m = measure(quick=True)
+    assert m["bytes_up_ratio"] == 1.0 and m["bytes_down_ratio"] == 1.0
+    assert m["device"]["rounds"] == m["simulation"]["rounds"] == m["devices"] * m["rounds"]
+    assert m["round_ratio"] > 0 and 0 < m["prepare_share"] <= 1 and m["bundle_bytes"] > 0
+    assert m["peak_bytes"]["device"] > 0 and m["peak_bytes"]["simulation"] > 0

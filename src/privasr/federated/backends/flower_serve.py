@@ -1,4 +1,4 @@
-"""The operator's kit of a deployment whose devices hold their own data (``privasr serve fmp``).
+"""The operator's kit of a deployment whose devices hold their own data (``privasr serve fmp|fedlm|ftl``).
 
 Unlike :mod:`~privasr.federated.backends.flower_kit` (``privasr fed split``, which cuts a corpus the operator
 holds into client folders), this kit holds **no client data**: the devices build their clients themselves from
@@ -16,7 +16,8 @@ their own raw files with the published bundle (:mod:`privasr.device`). :func:`wr
 ``kit.json``                  devices, rounds, settings, ``bundle`` and ``app`` hashes
 ============================  ===============================================================================
 
-The ServerApp (:mod:`~privasr.federated.backends.flower_serve_apps`, installed code) reads the kit's folder from the run config
+The ServerApp (:mod:`~privasr.federated.backends.flower_serve_apps`, installed code) reads the kit's folder from
+the run config
 (``flwr run KIT/app privasr --run-config "kit='KIT'"``), so a kit can be moved. It checkpoints to
 ``KIT/checkpoint`` after every round and writes ``KIT/result.pkl``; it never asks a device for its state.
 
@@ -150,17 +151,23 @@ def write_serve_kit(folder: str | os.PathLike[str], federation: Federation,
         (wd.work / "kit.json").write_text(json.dumps({
             "kind": "serve", "name": f.name, "privasr": __version__, "devices": n, "rounds": f.rounds, "run": run,
             "bundle": bundle, "app": fab, "hosts": list(names), "port": port}, indent=2) + "\n")
-        (wd.work / "COMMANDS.md").write_text(_commands(wd, creds, n, host, port, bundle, fab))
+        kind = json.loads((wd.work / "bundle" / "manifest.json").read_text())["kind"]
+        (wd.work / "COMMANDS.md").write_text(_commands(wd, creds, n, host, port, bundle, fab, kind))
     except BaseException:
         shutil.rmtree(wd.work, ignore_errors=True)
         raise
     return wd.work
 
 
-def _commands(wd: _Workdir, creds: Credentials, n: int, host: str, port: int, bundle: str, fab: str) -> str:
+def _commands(wd: _Workdir, creds: Credentials, n: int, host: str, port: int, bundle: str, fab: str,
+              kind: str) -> str:
     link = " ".join(["flower-superlink", *creds.superlink_args(), "--disable-runtime-dependency-installation",
                      "--host", "0.0.0.0", "--port", str(port)])
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    files = ("transcripts (Kaldi text) with <utt_id>.mfc features beside them go into DEVICE/inbox/"
+             if kind == "ftl" else "the user's N-best files go into DEVICE/inbox/ (any format privasr reads)")
+    rescore = ("    privasr device rescore DEVICE --out 1best.txt        # the user's personalised 1-best, any time\n"
+               if kind == "fmp" else "")
     return f"""# Deploying this kit: {n} devices, each with its own data
 
 The kit holds no device's data. Every device gets the same public files: `bundle/` (hash `{bundle}`),
@@ -178,12 +185,11 @@ same `flwr run` after a failure continues from the last round.
 ## Each device I (0 to {n - 1})
 
     privasr device init DEVICE --bundle bundle --bundle-hash {bundle} --index I --trust-app {fab}
-    # the user's N-best files go into DEVICE/inbox/ (any format privasr reads), as they are decoded
+    # {files}
     flower-supernode --root-certificates ca.crt --auth-supernode-private-key node-I.key --superlink {address} \\
         --isolation process --host 127.0.0.1 --port 9094
     privasr device serve DEVICE --runtime-api 127.0.0.1:9094
-    privasr device rescore DEVICE --out 1best.txt        # the user's personalised 1-best, at any time
-
+{rescore}
 `privasr device serve` runs privasr's installed ClientApp for tasks of the app `{fab[:16]}...` only; it
 never installs or imports anything a task brings.
 
