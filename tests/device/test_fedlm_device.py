@@ -12,7 +12,7 @@ import pytest
 from privasr.cli import main
 from privasr.device.folder import init_device, write_replay
 from privasr.device.node import Device
-from privasr.errors import ConfigError
+from privasr.errors import ConfigError, InputError
 
 from .conftest import fmp_config
 
@@ -114,3 +114,22 @@ def test_serve_fedlm_refusals(synth_corpus, tmp_path, capsys):
         assert main(["serve", "fedlm", "--config", str(tmp_path / "c.json"), "--devices", "2", "--out",
                      str(tmp_path / "k")]) == 2
         assert match in capsys.readouterr().err
+
+
+def test_fedlm_device_files_ctm_and_kaldi_text(tmp_path):
+    """A fedlm device takes CTM files (cut at pauses, lowercased, with their confidences) and Kaldi text (no
+    confidences) beside N-best lists; a CTM without confidences is set aside, naming the file."""
+    from privasr.device.fedlm import read_client_text
+
+    (tmp_path / "a.ctm").write_text("c1 A 0.0 0.2 Good 0.9\nc1 A 0.2 0.1 , 1.0\nc1 A 0.3 0.2 Day 0.8\n"
+                                    "c1 A 5.0 0.5 Um 0.4\n")
+    recs = read_client_text(tmp_path / "a.ctm", 1.0)
+    assert [(r.utt_id, r.best.words, r.best.confidences) for r in recs] == [
+        ("c1_0000", ("good", "day"), (0.9, 0.8)), ("c1_0001", ("um",), (0.4,))]
+    (tmp_path / "text").write_text("u1 hello there\nu2 bye\n")
+    recs = read_client_text(tmp_path / "text")
+    assert [(r.utt_id, r.best.words, r.best.confidences) for r in recs] == [
+        ("u1", ("hello", "there"), None), ("u2", ("bye",), None)]
+    (tmp_path / "b.ctm").write_text("c2 A 0.0 0.2 Good\n")
+    with pytest.raises(InputError, match="b.ctm"):
+        read_client_text(tmp_path / "b.ctm", 1.0)

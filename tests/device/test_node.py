@@ -47,7 +47,8 @@ def _serve_inprocess(fed, devices, ckpt):
 def test_devices_match_the_simulation(serve_kit, synth_corpus, tmp_path, monkeypatch):
     """Each device takes its files round by round, scores them with the bundle's NNLM and runs FMP; the server's
     sums equal the simulation's (operator-side clients), and each device's 1-best equals the simulation's
-    choice. Nothing on a device is unpickled: pickle.load/loads raise while the devices work."""
+    choice. Nothing on a device is unpickled: pickle's and cloudpickle's load/loads raise while the devices
+    work; the server's side opens nothing in a device folder (an audit hook)."""
     from privasr.experiments.fmp import federation, load_fmp_config
     from privasr.federated.loop import run_federated
 
@@ -57,11 +58,47 @@ def test_devices_match_the_simulation(serve_kit, synth_corpus, tmp_path, monkeyp
     def no_pickle(*a, **k):
         raise AssertionError("a device unpickled something")
 
+    # the server's side (the ServerApp's loop, in this process) opens no device folder: an audit hook records
+    # what is opened outside the devices' own handling of their messages
+    import sys
+    import threading
+
+    roots = [str(d.folder.root.resolve()) for d in devices]
+    inside = threading.local()
+    server_opened: list[str] = []
+    device_opened: list[str] = []
+
+    def hook(event, args):
+        if event == "open" and isinstance(args[0], str | os.PathLike):
+            path = os.path.abspath(os.fspath(args[0]))
+            if any(path.startswith(r) for r in roots):
+                (device_opened if getattr(inside, "device", False) else server_opened).append(path)
+
+    def handled(d):
+        inner = d.handle
+
+        def handle(message, context):
+            inside.device = True
+            try:
+                return inner(message, context)
+            finally:
+                inside.device = False
+
+        d.handle = handle
+        return d
+
+    sys.addaudithook(hook)
+    import ray.cloudpickle as cloudpickle
+
     with monkeypatch.context() as m:
         m.setattr(pickle, "load", no_pickle)
         m.setattr(pickle, "loads", no_pickle)
-        res, grid = _serve_inprocess(fed, devices, tmp_path / "ckpt")
+        m.setattr(cloudpickle, "load", no_pickle)
+        m.setattr(cloudpickle, "loads", no_pickle)
+        res, grid = _serve_inprocess(fed, [handled(d) for d in devices], tmp_path / "ckpt")
+        roots.clear()  # the hook stays installed; it records nothing more
         best = [dict(d.rescore()) for d in devices]
+    assert server_opened == [] and device_opened  # the hook saw the devices open their own files
     sim = federation(load_fmp_config(fmp_config(synth_corpus, kit.parent / "cache")), tmp_path / "sim")
     local = run_federated(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, seed=sim.seed)
     assert [c.id for c in sim.clients] == [d.folder.name for d in devices]
@@ -240,3 +277,30 @@ def test_devices_under_dp_with_distributed_noise_match_the_simulation(synth_corp
                  str(tmp_path / "cmp")]) == 0
     m = json.loads((tmp_path / "cmp" / "results.json").read_text())["metrics"]
     assert m["utterances_differing"] == 0 and m["sum_max_abs_diff"] == 0.0
+
+
+def test_device_commands(serve_kit, tmp_path, capsys):
+    """``privasr device init / status / rescore`` from the command line: formats, a set-aside file in the
+    status, one-line errors for a bad bundle hash and an existing output folder."""
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+
+    kit, fed, info, test = serve_kit
+    d = tmp_path / "dev"
+    assert main(["device", "init", str(d), "--bundle", str(kit / "bundle"), "--bundle-hash", "0" * 64,
+                 "--index", "0"]) == 2
+    assert "not the 0000" in capsys.readouterr().err
+    assert main(["device", "init", str(d), "--bundle", str(kit / "bundle"), "--bundle-hash", info["bundle"],
+                 "--index", "0", "--trust-app", info["app"]]) == 0
+    write_nbest(d / "inbox" / "a.jsonl", test[:3])
+    (d / "inbox" / "b.jsonl").write_text("not json\n")
+    assert main(["device", "rescore", str(d), "--out", str(tmp_path / "1best.txt")]) == 0
+    lines = (tmp_path / "1best.txt").read_text().splitlines()
+    assert [ln.split()[0] for ln in lines] == [nb.utt_id for nb in test[:3]]
+    assert main(["device", "rescore", str(d), "--out", str(tmp_path / "1best.trn"), "--format", "trn"]) == 0
+    assert f"({test[0].utt_id})" in (tmp_path / "1best.trn").read_text()
+    capsys.readouterr()
+    assert main(["device", "status", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "set aside: b.jsonl" in out and "b.jsonl:1" in out
+    assert main(["device", "rescore", str(d), "--out", str(tmp_path / "x.bin"), "--format", "nope"]) == 2
+    assert not (tmp_path / "x.bin").exists()

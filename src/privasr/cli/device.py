@@ -150,16 +150,29 @@ def serve(
 @device_app.command("rescore")
 def rescore(
     folder: Path = typer.Argument(..., help="The device's folder."),
-    out: Path = typer.Option(..., "--out", help="The 1-best file (new): one 'utt_id words' line per utterance."),
+    out: Path = typer.Option(..., "--out", help="The 1-best file."),
+    fmt: str = typer.Option("kaldi-text", "--format", "-f", help="kaldi-text ('utt_id words' lines) or another "
+                                                                 "transcript format privasr writes: "
+                                                                 "transcript-jsonl, trn, ctm, conll."),
 ) -> None:
     """Write the user's personalised 1-best of every list on the device (nothing leaves the device)."""
+    from privasr.corpus.load import Dataset, write_dataset
+    from privasr.corpus.records import Transcript
     from privasr.device.node import Device
     from privasr.outputs import check_output_file
 
     check_output_file(out)
     best = Device(folder).rescore()
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("".join(f"{u} {t}\n" for u, t in best), encoding="utf-8")
+    if fmt == "kaldi-text":
+        tmp.write_text("".join(f"{u} {t}\n" for u, t in best), encoding="utf-8")
+    else:
+        recs = tuple(Transcript(u, tuple(t.split())) for u, t in best)
+        try:
+            write_dataset(Dataset("1best", "transcript", fmt, recs), tmp, fmt)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     tmp.replace(out)
     Console().print(f"{len(best)} utterances -> {out}")
 

@@ -11,8 +11,12 @@ What the bundle holds (:func:`write_fedlm_bundle`):
   <privasr.confidence.model.ConfidenceModel.to_arrays>`). The NNLM's weights are not in the bundle: the server
   sends the current parameters with every round.
 
-A device's client text is the 1-best of each of its lists (empty 1-bests skipped), as the fedlm runner's client
-text of N-best data (``data.client_text: first_pass``); its word weights are the confidences above.
+A device's client text (:func:`read_client_text`) is the 1-best of each of its N-best lists (any N-best format
+privasr reads; empty 1-bests skipped), as the fedlm runner's client text of N-best data
+(``data.client_text: first_pass``), or its first-pass transcripts: CTM files with word confidences (cut at
+pauses longer than ``split_gap`` seconds, lowercased, tokens without a letter or digit dropped, as the runner's
+Earnings-21 clients) and any other transcript format privasr reads (Kaldi ``text``, trn; no confidences). Its
+word weights are the confidences above.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ from privasr.corpus.records import NBest
 from privasr.device.bundle import Bundle, read_bundle, write_bundle
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["write_fedlm_bundle", "FedLmDeviceModel", "FEDLM_BUNDLE", "CONFIDENCE_SOURCES"]
+__all__ = ["write_fedlm_bundle", "FedLmDeviceModel", "FEDLM_BUNDLE", "CONFIDENCE_SOURCES", "read_client_text"]
 
 FEDLM_BUNDLE = "fedlm"
 CONFIDENCE_SOURCES = ("data", "classifier", "none")
 
 
 def write_fedlm_bundle(folder: str | os.PathLike[str], *, algorithm: Any, confidence: str,
-                       classifier: Any = None, rounds: int, run: Mapping[str, Any] | None = None) -> str:
+                       classifier: Any = None, rounds: int, run: Mapping[str, Any] | None = None,
+                       split_gap: float = 1.0) -> str:
     """Write fedlm's bundle into the new folder ``folder``; its hash.
 
     Args:
@@ -44,6 +49,7 @@ def write_fedlm_bundle(folder: str | os.PathLike[str], *, algorithm: Any, confid
             :class:`~privasr.confidence.model.ConfidenceModel` trained on the operator's labelled lists) or
             ``none``.
         rounds: the run's rounds; ``run``: its public settings.
+        split_gap: a device's CTM files are cut into utterances at pauses longer than this (seconds).
 
     Raises:
         ConfigError: an unknown confidence source, a classifier missing or given without ``classifier``.
@@ -62,11 +68,40 @@ def write_fedlm_bundle(folder: str | os.PathLike[str], *, algorithm: Any, confid
         arrays.update({f"confidence/{k}": v for k, v in arr.items()})
     settings = {"fedlm": algorithm.config.to_dict(),
                 "nnlm": {"config": algorithm.model_config.to_dict(), "vocab": json.loads(algorithm.vocab.to_json())},
-                "confidence": {"source": confidence, "classifier": meta}, "rounds": int(rounds),
+                "confidence": {"source": confidence, "classifier": meta}, "split_gap": float(split_gap),
+                "rounds": int(rounds),
                 "run": dict(run or {})}
     if not arrays:
         arrays["confidence/none"] = np.zeros(0)
     return write_bundle(folder, FEDLM_BUNDLE, settings, arrays)
+
+
+def read_client_text(path: str | os.PathLike[str], split_gap: float = 1.0) -> list[NBest]:
+    """A device file's utterances as N-best lists (transcripts as one-hypothesis lists, with their confidences).
+
+    Raises:
+        InputError: naming the file (and line): unreadable, no utterances, a CTM without confidences.
+    """
+    from pathlib import Path
+
+    from privasr.corpus.formats.ctm import ctm_utterances
+    from privasr.corpus.load import load_path
+    from privasr.corpus.records import Hypothesis
+
+    p = Path(path)
+    if p.suffix.lower() == ".ctm":
+        recs: list[Any] = list(ctm_utterances(p, split_gap))
+    else:
+        recs = [r for d in load_path(p) for r in d.records]
+    out = []
+    for r in recs:
+        if isinstance(r, NBest):
+            out.append(r)
+        elif r.words:
+            out.append(NBest(r.utt_id, (Hypothesis(tuple(r.words), confidences=r.confidences),)))
+    if not out:
+        raise InputError("holds no utterances with words", path=p, expected="N-best lists or transcripts")
+    return out
 
 
 @dataclass

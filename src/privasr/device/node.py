@@ -114,6 +114,11 @@ class Device:
             from privasr.device.ftl import COMPANION_SUFFIXES, read_transcripts
 
             return self.folder.take(r, self.prepare, read=read_transcripts, companions=COMPANION_SUFFIXES)
+        if self.kind == "fedlm":
+            from privasr.device.fedlm import read_client_text
+
+            gap = float(self.model.bundle.settings.get("split_gap", 1.0))
+            return self.folder.take(r, self.prepare, read=lambda p: read_client_text(p, gap))
         return self.folder.take(r, self.prepare)
 
     def source(self, context: Any, epoch: int) -> tuple[Any, dict[int, Any]]:

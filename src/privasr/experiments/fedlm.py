@@ -782,7 +782,7 @@ def operator_side(cfg: FedLmRunConfig, out: str | Path, devices: int) -> tuple[A
 
     def write(folder: str | Path, run: Mapping[str, Any]) -> str:
         return write_fedlm_bundle(folder, algorithm=alg, confidence=source, classifier=classifier,
-                                  rounds=cfg.rounds, run=run)
+                                  rounds=cfg.rounds, run=run, split_gap=cfg.data.split_gap)
 
     return federation, write
 
