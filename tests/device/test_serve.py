@@ -267,6 +267,7 @@ def test_real_fedlm_devices_with_secagg_match_the_operator_side_run(request, syn
 
     config = _fedlm_config(synth_corpus, tmp_path / "cache",
                            fedlm={"loss": "token", "batch_size": 8, "client_lr": 0.5, "clip_norm": 1.0,
+                                  "weighting": "uniform",
                                   "server": {"name": "sgd", "lr": 1.0}},
                            federated={"backend": "flower", "secagg": {"enabled": True}})
     (tmp_path / "c.json").write_text(json.dumps(config))
@@ -297,3 +298,111 @@ def test_real_fedlm_devices_with_secagg_match_the_operator_side_run(request, syn
     step = 2 * 1.0 / 2 ** 22  # SecAgg+'s grid for values in [-clip_norm, clip_norm]
     for k, v in local.state["params"].items():
         assert np.allclose(state["params"][k], v, rtol=0, atol=fed.rounds * 3 * step + 1e-6), k
+
+
+@pytest.mark.slow
+def test_real_ftl_devices_match_the_operator_side_run(request, tmp_path):
+    """``privasr serve ftl`` (synthetic speakers), 3 real devices with their own feature files and transcripts
+    over TLS: the final parameters equal the local run over the same clients made on the operator's machine."""
+    _skip_unless_slow(request)
+    from privasr.asr.synth_an4 import synthetic_corpus
+    from privasr.asr.train import an4_examples
+    from privasr.device.ftl import write_ftl_replay
+    from privasr.experiments.ftl import load_ftl_config, operator_side, split_speakers
+    from privasr.federated.algorithms.ftl import FtlClient
+    from privasr.federated.loop import run_federated
+    from privasr.federated.tree import load_tree
+
+    from .test_ftl_device import _raw
+
+    raw = _raw()
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    train, _ = synthetic_corpus(6, 6, 2, seed=1)
+    cfg = load_ftl_config(raw)
+    _, client_spk = split_speakers([u.speaker for u in train], cfg.data.seed_fraction)
+    mine = [u for u in train if u.speaker in set(client_spk)]
+    assert main(["serve", "ftl", "--config", str(tmp_path / "c.json"), "--devices", str(len(client_spk)), "--out",
+                 str(tmp_path / "kit")]) == 0
+    kit = tmp_path / "kit"
+    info = read_serve_kit(kit)
+    reps = write_ftl_replay(mine, tmp_path / "replay", rounds=0)
+    args = []
+    for i, (spk, r) in enumerate(reps):
+        assert main(["device", "init", str(tmp_path / f"d{i}"), "--bundle", str(kit / "bundle"), "--bundle-hash",
+                     info["bundle"], "--index", str(i), "--trust-app", info["app"], "--name", spk]) == 0
+        args += ["--devices", str(tmp_path / f"d{i}"), "--replay", str(r)]
+    assert main(["fed", "run", str(kit), *args, "--timeout", "900"]) == 0
+    state = load_tree(kit / "state.npz")
+    fed, _ = operator_side(cfg, tmp_path / "again", len(client_spk))
+    tok = fed.algorithm.tokenizer
+    clients = [FtlClient(spk, tuple(an4_examples([u for u in mine if u.speaker == spk], tok, cmvn="speaker")))
+               for spk, _ in reps]
+    local = run_federated(fed.algorithm, clients, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed)
+    for k, v in local.state["params"].items():
+        assert np.allclose(state["params"][k], v, rtol=1e-5, atol=1e-6), k
+
+
+def _family(pid: int) -> list[tuple[int, str]]:
+    from privasr.federated.backends.flower_deploy import _descendants
+
+    out = []
+    for p in _descendants(pid):
+        try:
+            out.append((p, Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_a_killed_device_or_serverapp(request, serve_kit, synth_corpus, tmp_path, caplog):
+    """kill -9 of a device's process mid-run: the launcher starts it again, it continues from its own state and
+    ledger, and the run ends as the simulation does. kill -9 of the ServerApp: the launcher says so (not the
+    SuperLink's noise) and leaves no process; run again, the kit resumes from its checkpoint to the same end."""
+    _skip_unless_slow(request)
+    import threading
+
+    from privasr.experiments.fmp import federation, load_fmp_config
+    from privasr.federated.core import FederatedError
+    from privasr.federated.loop import run_federated
+    from privasr.federated.tree import load_tree
+
+    kit, fed, info, test = serve_kit
+    sim = federation(load_fmp_config(fmp_config(synth_corpus, kit.parent / "cache")), tmp_path / "sim")
+    local = run_federated(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, seed=sim.seed)
+
+    def kill_when(pred, match):
+        def watch():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if pred():
+                    for p, cmd in _family(os.getpid()):
+                        if match in cmd:
+                            os.kill(p, signal.SIGKILL)
+                            return
+                time.sleep(0.02)
+        t = threading.Thread(target=watch, daemon=True)
+        t.start()
+        return t
+
+    # a device killed as it takes round 1
+    k1 = _copy_kit(kit, tmp_path / "k1")
+    devs, reps = _devices(serve_kit, tmp_path / "a")
+    led = devs[1] / "state" / "ledger.json"
+    kill_when(lambda: led.exists() and "1" in json.loads(led.read_text())["rounds"], f"device serve {devs[1]}")
+    with caplog.at_level("WARNING", logger="privasr.federated"):
+        res = run_serve_kit(k1, devs, run_timeout=600, replays=reps)
+    assert "device-1 exited with status -9; starting it again" in caplog.text
+    assert [h.reported for h in res.history] == [len(devs)] * fed.rounds
+    np.testing.assert_allclose(res.state["sum"], local.state["sum"], rtol=1e-12, atol=1e-12)
+    # the ServerApp killed after round 1
+    k2 = _copy_kit(kit, tmp_path / "k2")
+    devs, reps = _devices(serve_kit, tmp_path / "b")
+    ckpt = k2 / "checkpoint" / "state.npz"
+    kill_when(lambda: ckpt.exists() and int(load_tree(ckpt)["round"]) >= 1, "flwr-serverapp")
+    with pytest.raises(FederatedError, match="ServerApp ended .* without writing its result"):
+        run_serve_kit(k2, devs, run_timeout=600, replays=reps)
+    assert not [p for p, cmd in _family(os.getpid()) if "flower-super" in cmd or "device serve" in cmd]
+    again = run_serve_kit(k2, devs, run_timeout=600, replays=reps)
+    assert again.resumed_from >= 1
+    np.testing.assert_allclose(again.state["sum"], local.state["sum"], rtol=1e-12, atol=1e-12)

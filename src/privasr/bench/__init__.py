@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "ner": "privasr.bench.ner:run",
     "tts-nbest": "privasr.bench.tts_nbest:run",
     "device": "privasr.bench.device:run",
+    "deployment": "privasr.bench.deployment:run",
 }
 
 

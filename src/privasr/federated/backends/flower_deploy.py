@@ -258,20 +258,37 @@ class _Processes:
         self.env = env
         self.logs = logs
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.restartable: dict[str, list[str]] = {}  # name -> argv of processes started again when they die
+        self.restarts: dict[str, int] = {}
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"{name}.log", "wb") as out:
+    def start(self, name: str, argv: list[str], *, restart: bool = False) -> subprocess.Popen[bytes]:
+        """Start ``argv`` as ``name`` (its output in ``logs/<name>.log``, appended to after a restart).
+        ``restart``: a process that may die (a device's own process, as a phone's app): :meth:`check` starts it
+        again instead of failing the run."""
+        mode = "ab" if name in self.restarts else "wb"
+        with open(self.logs / f"{name}.log", mode) as out:
             proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.logs,
                                     preexec_fn=_die_with_parent)
         self.procs.append((name, proc))
+        if restart:
+            self.restartable[name] = list(argv)
         return proc
 
     def check(self) -> None:
-        for name, proc in self.procs:
-            if proc.poll() is not None:
-                raise FederatedError(f"{name} exited with status {proc.returncode}:\n"
-                                     f"{_tail(self.logs / f'{name}.log')}")
+        """Fail if a process died; a restartable one is started again (logged), up to 5 times."""
+        for name, proc in list(self.procs):
+            if proc.poll() is None:
+                continue
+            if name in self.restartable and self.restarts.get(name, 0) < 5:
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                log.warning("%s exited with status %s; starting it again (%d)", name, proc.returncode,
+                            self.restarts[name])
+                self.procs.remove((name, proc))
+                self.start(name, self.restartable[name], restart=True)
+                continue
+            raise FederatedError(f"{name} exited with status {proc.returncode}:\n"
+                                 f"{_tail(self.logs / f'{name}.log')}")
 
     def stop(self, grace: float = 5.0) -> None:
         """TERM every process, its group and its descendants (SuperExec detaches itself); KILL what is left."""
@@ -514,8 +531,10 @@ def _wait_for_result(wd: _Workdir, procs: _Processes, env: dict[str, str], run_i
         if now >= next_status:
             status = _run_status(env, run_id)
             if status.startswith("finished") and not wd.result.exists():
-                raise FederatedError(f"the Flower run ended ({status}) without a result:\n"
-                                     f"{_tail(wd.logs / 'superlink.log', 30)}")
+                # the ServerApp writes its result (or its own error) before it ends: it was killed or crashed
+                raise FederatedError(f"the ServerApp ended ({status}) without writing its result or its error: "
+                                     "its process was killed or died (run the kit again to continue from the "
+                                     f"last checkpointed round; logs in {wd.logs})")
             next_status = time.monotonic() + 10.0
         time.sleep(0.1)
 

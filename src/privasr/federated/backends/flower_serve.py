@@ -327,7 +327,7 @@ def run_serve_kit(folder: str | os.PathLike[str], devices: Sequence[str | os.Pat
                                                "127.0.0.1", "--port", str(api)])
                 procs.start(f"device-{i}", [sys.executable, "-m", "privasr", "device", "serve", str(d),
                                             "--runtime-api", f"127.0.0.1:{api}",
-                                            *(["--replay", str(replays[i])] if replays else [])])
+                                            *(["--replay", str(replays[i])] if replays else [])], restart=True)
             started = _flwr_cli(["run", str(wd.app), "privasr", "--run-config", f"kit='{wd.work}'", "--format",
                                  "json"], env)
             try:
