@@ -304,3 +304,37 @@ def test_device_commands(serve_kit, tmp_path, capsys):
     assert "set aside: b.jsonl" in out and "b.jsonl:1" in out
     assert main(["device", "rescore", str(d), "--out", str(tmp_path / "x.bin"), "--format", "nope"]) == 2
     assert not (tmp_path / "x.bin").exists()
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "onnx-int8"])
+def test_onnx_bundles(synth_corpus, tmp_path, fmt):
+    """FMP's bundle with the NNLM as the exported ONNX model (int8 optional): the device scores its lists with
+    onnxruntime close to PyTorch's (fp32 within 1e-4 nats a sentence, int8 within 1), and the run goes through
+    Flower's message path."""
+    pytest.importorskip("onnxruntime")
+    from privasr.corpus.load import load_nbest
+    from privasr.corpus.records import Population
+    from privasr.device.bundle import read_bundle
+    from privasr.experiments.fmp import load_fmp_config, operator_side
+    from privasr.federated.backends.flower_serve import write_serve_kit
+
+    cfg = load_fmp_config(fmp_config(synth_corpus, tmp_path / "cache"))
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    n = len(Population.group(test, key="client"))
+    fed, write = operator_side(cfg, tmp_path / "prepare", n, nnlm_format=fmt)
+    kit = write_serve_kit(tmp_path / "kit", fed, write)
+    info = json.loads((kit / "kit.json").read_text())
+    b = read_bundle(kit / "bundle", expected=info["bundle"])
+    assert b.settings["nnlm"]["format"] == fmt and "onnx/model.onnx" in b.arrays
+    assert not any(k.startswith("nnlm/") for k in b.arrays)
+    devices = _devices((kit, fed, info, test), tmp_path)
+    res, grid = _serve_inprocess(fed, devices, tmp_path / "ckpt")
+    assert [h.reported for h in res.history] == [n] * fed.rounds
+    from privasr.lm.neural.scorer import NeuralLM
+
+    onnx = devices[0].model.lm
+    ref = NeuralLM.from_checkpoint(next((tmp_path / "cache").glob("*.pt")))  # the operator's NNLM
+    hyps = [h.words for nb in test[:20] for h in nb.hyps]
+    d = np.abs(np.array([s.ln_total for s in onnx.score_batch(hyps)])
+               - np.array([s.ln_total for s in ref.score_batch(hyps)]))
+    assert d.max() < (1e-4 if fmt == "onnx" else 1.0)

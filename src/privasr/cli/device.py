@@ -32,7 +32,7 @@ device_app = typer.Typer(help="A device's own side of a deployment: its folder, 
 
 
 def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: list[str], hosts: list[str],
-           port: int) -> None:
+           port: int, **options: Any) -> None:
     import importlib
     import json
 
@@ -51,7 +51,7 @@ def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: lis
         raise e.at(config) from None
     work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
     with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
-        federation, write = module.operator_side(cfg, work, devices)
+        federation, write = module.operator_side(cfg, work, devices, **options)
         kit = write_serve_kit(out, federation, write, hosts=hosts, port=port)
     info = json.loads((kit / "kit.json").read_text())
     con = Console()
@@ -74,9 +74,16 @@ def serve_fmp(
     overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
     hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
     port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+    nnlm: str = typer.Option("torch", "--nnlm", help="How the NNLM travels in the bundle: torch (its weights; "
+                                                    "the simulation's scores exactly), onnx or onnx-int8 "
+                                                    "(scored with onnxruntime on the device)."),
 ) -> None:
     """Prepare FMP on the operator's own data and write the kit the devices and the server need."""
-    _serve("fmp", config, devices, out, overrides, hosts, port)
+    from privasr.device.fmp import NNLM_FORMATS
+
+    if nnlm not in NNLM_FORMATS:
+        raise ConfigError(f"--nnlm {nnlm}", expected=f"one of {', '.join(NNLM_FORMATS)}")
+    _serve("fmp", config, devices, out, overrides, hosts, port, nnlm_format=nnlm)
 
 
 @serve_app.command("fedlm")

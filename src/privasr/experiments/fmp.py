@@ -785,7 +785,8 @@ def federation(cfg: FmpRunConfig, out: str | Path) -> Any:
                       fed.secagg, key={"experiment": "fmp", "name": cfg.name}, name=cfg.name)
 
 
-def operator_side(cfg: FmpRunConfig, out: str | Path, devices: int) -> tuple[Any, Callable[..., str]]:
+def operator_side(cfg: FmpRunConfig, out: str | Path, devices: int, *, nnlm_format: str = "torch"
+                  ) -> tuple[Any, Callable[..., str]]:
     """The operator's half of a deployment (``privasr serve fmp``): the stages before the federated run on the
     operator's own data only -- the NNLM (trained on its background text), the baseline's weights and ``lam``
     tuned on ``data.dev`` -- never opening ``data.test`` (the devices' lists).
@@ -817,7 +818,7 @@ def operator_side(cfg: FmpRunConfig, out: str | Path, devices: int) -> tuple[Any
 
     def write(folder: str | Path, run: Mapping[str, Any]) -> str:
         return write_fmp_bundle(folder, algorithm=alg, lm=p.lm, weights=p.weights, combination=comb,
-                                bias_weight=bw, rounds=rounds + 1, run=run)
+                                bias_weight=bw, rounds=rounds + 1, run=run, nnlm_format=nnlm_format)
 
     return federation, write
 
