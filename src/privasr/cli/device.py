@@ -32,7 +32,7 @@ device_app = typer.Typer(help="A device's own side of a deployment: its folder, 
 
 
 def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: list[str], hosts: list[str],
-           port: int, **options: Any) -> None:
+           port: int, client_timeout: float = 600.0, **options: Any) -> None:
     import importlib
     import json
 
@@ -52,7 +52,8 @@ def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: lis
     work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
     with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
         federation, write = module.operator_side(cfg, work, devices, **options)
-        kit = write_serve_kit(out, federation, write, hosts=hosts, port=port)
+        kit = write_serve_kit(out, federation, write, hosts=hosts, port=port,
+                              client_timeout=client_timeout if client_timeout > 0 else None)
     info = json.loads((kit / "kit.json").read_text())
     con = Console()
     con.print(f"{devices} devices, {federation.rounds} rounds"
@@ -64,6 +65,7 @@ def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: lis
 
 
 _CONFIG_HELP = "The runner's config (data.dev is the operator's; data.test is never opened)."
+_TIMEOUT_HELP = "Seconds the server waits for a device's reply in a round before dropping it (0: for ever)."
 
 
 @serve_app.command("fmp")
@@ -74,6 +76,7 @@ def serve_fmp(
     overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
     hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
     port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+    client_timeout: float = typer.Option(600.0, "--client-timeout", help=_TIMEOUT_HELP),
     nnlm: str = typer.Option("torch", "--nnlm", help="How the NNLM travels in the bundle: torch (its weights; "
                                                     "the simulation's scores exactly), onnx or onnx-int8 "
                                                     "(scored with onnxruntime on the device)."),
@@ -83,7 +86,7 @@ def serve_fmp(
 
     if nnlm not in NNLM_FORMATS:
         raise ConfigError(f"--nnlm {nnlm}", expected=f"one of {', '.join(NNLM_FORMATS)}")
-    _serve("fmp", config, devices, out, overrides, hosts, port, nnlm_format=nnlm)
+    _serve("fmp", config, devices, out, overrides, hosts, port, client_timeout, nnlm_format=nnlm)
 
 
 @serve_app.command("fedlm")
@@ -94,9 +97,10 @@ def serve_fedlm(
     overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
     hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
     port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+    client_timeout: float = typer.Option(600.0, "--client-timeout", help=_TIMEOUT_HELP),
 ) -> None:
     """Prepare fedlm (NNLM, confidence classifier) on the operator's own data and write the kit."""
-    _serve("fedlm", config, devices, out, overrides, hosts, port)
+    _serve("fedlm", config, devices, out, overrides, hosts, port, client_timeout)
 
 
 @serve_app.command("ftl")
@@ -108,9 +112,10 @@ def serve_ftl(
     overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys, YAML values)."),
     hosts: list[str] = typer.Option([], "--host", help="A name or address the devices reach the SuperLink at."),
     port: int = typer.Option(9092, "--port", help="The SuperLink's port in the commands."),
+    client_timeout: float = typer.Option(600.0, "--client-timeout", help=_TIMEOUT_HELP),
 ) -> None:
     """Prepare FTL (units, seed model) on the operator's own speakers and write the kit."""
-    _serve("ftl", config, devices, out, overrides, hosts, port)
+    _serve("ftl", config, devices, out, overrides, hosts, port, client_timeout)
 
 
 @device_app.command("init")

@@ -251,15 +251,73 @@ def _tail(path: Path, n: int = 15) -> str:
     return "\n".join(lines[-n:])
 
 
+RUN_TOKEN = "PRIVASR_RUN_TOKEN"
+"""The environment variable that marks every process a launcher starts, and every process those start."""
+
+_JANITOR = """
+import os, signal, sys
+token, me = sys.argv[1], os.getpid()
+sys.stdin.buffer.read()  # returns when the launcher closes the pipe or dies, however it dies
+for _ in range(3):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                marked = (f"{sys.argv[2]}=" + token).encode() in f.read().split(b"\\0")
+        except OSError:
+            continue
+        if marked:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except OSError:
+                pass
+"""
+
+
+def _sweep(token: str) -> list[int]:
+    """SIGKILL every process whose environment carries ``PRIVASR_RUN_TOKEN=token``; their pids."""
+    want = f"{RUN_TOKEN}={token}".encode()
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want not in f.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        _signal(int(entry), signal.SIGKILL)
+        killed.append(int(entry))
+    return killed
+
+
 class _Processes:
-    """Processes started in their own sessions, stopped together (process group: TERM, then KILL)."""
+    """Processes started in their own sessions, stopped together (process group: TERM, then KILL).
+
+    Every process started here, and every process those start (Flower's SuperExec, ServerApp and ClientApp
+    processes, which detach or outlive their parents), carries ``PRIVASR_RUN_TOKEN=<this run's token>`` in its
+    environment. A *janitor* process, started first in a session of its own, waits on a pipe from the launcher;
+    when the launcher ends -- normally, by an exception or killed with SIGKILL -- the pipe closes and the janitor
+    kills every process carrying the token. So no process of a run outlives its launcher.
+    """
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env = env
+        import secrets
+
+        self.token = secrets.token_hex(16)
+        self.env = {**env, RUN_TOKEN: self.token}
         self.logs = logs
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.restartable: dict[str, list[str]] = {}  # name -> argv of processes started again when they die
         self.restarts: dict[str, int] = {}
+        self.janitor: subprocess.Popen[bytes] | None = None
+        if os.path.isdir("/proc"):
+            clean = {k: v for k, v in env.items() if k != RUN_TOKEN}  # the janitor is not marked itself
+            self.janitor = subprocess.Popen([sys.executable, "-c", _JANITOR, self.token, RUN_TOKEN],
+                                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True, env=clean)
 
     def start(self, name: str, argv: list[str], *, restart: bool = False) -> subprocess.Popen[bytes]:
         """Start ``argv`` as ``name`` (its output in ``logs/<name>.log``, appended to after a restart).
@@ -313,7 +371,16 @@ class _Processes:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:  # pragma: no cover
                 pass
+        _sweep(self.token)  # what detached itself from the tree (Flower's app processes)
         self.procs = []
+        if self.janitor is not None:
+            assert self.janitor.stdin is not None
+            self.janitor.stdin.close()
+            try:
+                self.janitor.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                self.janitor.kill()
+            self.janitor = None
 
 
 class KitLock:

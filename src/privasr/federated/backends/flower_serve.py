@@ -108,7 +108,7 @@ def app_hash(app: str | os.PathLike[str]) -> str:
 
 def write_serve_kit(folder: str | os.PathLike[str], federation: Federation,
                     write_bundle: Callable[[Path, Mapping[str, Any]], str], *, hosts: Sequence[str] = (),
-                    port: int = DEFAULT_PORT) -> Path:
+                    port: int = DEFAULT_PORT, client_timeout: float | None = 600.0) -> Path:
     """Write the operator's kit into the new folder ``folder`` (see the module docstring).
 
     Args:
@@ -116,6 +116,8 @@ def write_serve_kit(folder: str | os.PathLike[str], federation: Federation,
         write_bundle: ``write_bundle(folder, run) -> hash`` writes the devices' bundle (``run``: the run's public
             settings).
         hosts: the names devices reach the SuperLink at; ``port``: its port.
+        client_timeout: seconds the server waits for a device's reply in a round before it drops the device
+            from that round (a phone that went away mid-round); ``None``: wait for ever.
 
     Raises:
         ConfigError: a non-empty folder, run settings that cannot succeed or void the DP guarantee.
@@ -131,8 +133,10 @@ def write_serve_kit(folder: str | os.PathLike[str], federation: Federation,
         check_privacy(f.algorithm, f.privacy, f.sampler, n, f.min_clients, secagg)
     names = tuple(dict.fromkeys([*hosts, *LOOPBACK_HOSTS]))
     wd = _Workdir(out.resolve())
-    spec = _ServerSpec(f.algorithm, n, f.rounds, f.sampler, int(f.seed), f.min_clients, None, f.privacy, None,
-                       False, 600.0, 0.2, None, True, f.key, secagg)
+    if client_timeout is not None and not (isinstance(client_timeout, int | float) and client_timeout > 0):
+        raise ConfigError(f"client timeout {client_timeout!r}", expected="seconds > 0, or none")
+    spec = _ServerSpec(f.algorithm, n, f.rounds, f.sampler, int(f.seed), f.min_clients, client_timeout, f.privacy,
+                       None, False, 600.0, 0.2, None, True, f.key, secagg)
     dp = None if f.privacy is None else {"mechanism": f.privacy.mechanism.to_spec(),
                                          "composition": f.privacy.composition}
     run = {"devices": n, "rounds": f.rounds, "sampler": f.sampler.to_dict(), "seed": int(f.seed),
@@ -150,7 +154,8 @@ def write_serve_kit(folder: str | os.PathLike[str], federation: Federation,
         _write_flwr_config(wd, port, creds, host=host)
         (wd.work / "kit.json").write_text(json.dumps({
             "kind": "serve", "name": f.name, "privasr": __version__, "devices": n, "rounds": f.rounds, "run": run,
-            "bundle": bundle, "app": fab, "hosts": list(names), "port": port}, indent=2) + "\n")
+            "bundle": bundle, "app": fab, "hosts": list(names), "port": port, "client_timeout": client_timeout},
+            indent=2) + "\n")
         kind = json.loads((wd.work / "bundle" / "manifest.json").read_text())["kind"]
         (wd.work / "COMMANDS.md").write_text(_commands(wd, creds, n, host, port, bundle, fab, kind))
     except BaseException:
