@@ -66,6 +66,13 @@ def test_serve_refusals(synth_corpus, tmp_path, capsys, serve_kit):
     assert "the test half is the devices' data" in capsys.readouterr().err
     assert main(["serve", "fmp", "--config", str(tmp_path / "c.json"), "--devices", "0", "--out",
                  str(tmp_path / "k")]) == 2
+    # a cohort that can never reach min_clients: refused before the operator's preparation starts
+    (tmp_path / "d.json").write_text(json.dumps(fmp_config(synth_corpus, tmp_path / "nocache",
+                                                           federated={"min_clients": 5})))
+    capsys.readouterr()
+    assert main(["serve", "fmp", "--config", str(tmp_path / "d.json"), "--devices", "3", "--out",
+                 str(tmp_path / "k")]) == 2
+    assert "min_clients" in capsys.readouterr().err and not (tmp_path / "nocache").exists()
     kit, fed, info, test = serve_kit
     with pytest.raises(ConfigError, match="device folder"):
         run_serve_kit(kit, [tmp_path])
@@ -98,6 +105,7 @@ def _skip_unless_slow(request):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_real_devices_with_secagg_match_the_simulation(request, synth_corpus, tmp_path):
     """``privasr serve fmp`` with SecAgg+, 3 devices each with its own SuperNode (``--isolation process``) and
     ``privasr device serve`` over TLS with registered keys, files arriving round by round; the server's sum
@@ -355,6 +363,7 @@ def _family(pid: int) -> list[tuple[int, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_killed_device_or_serverapp(request, serve_kit, synth_corpus, tmp_path, caplog):
     """kill -9 of a device's process as it takes a round: the launcher starts it again and it continues from its
     own state and ledger (dropped from the rounds until its SuperNode lets the dead task go, after the kit's
@@ -371,7 +380,9 @@ def test_a_killed_device_or_serverapp(request, serve_kit, synth_corpus, tmp_path
     from privasr.federated.tree import load_tree
 
     kit, fed, info, test = serve_kit
-    cfg = load_fmp_config(fmp_config(synth_corpus, kit.parent / "cache"))
+    # seven rounds: a device killed mid-round may miss a few while its SuperNode lets the dead task go
+    cfg = load_fmp_config(fmp_config(synth_corpus, kit.parent / "cache",
+                                     fmp={"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": 6}))
     sim = federation(cfg, tmp_path / "sim")
     local = run_federated(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, seed=sim.seed)
     fed, write = operator_side(cfg, tmp_path / "prepare", len(sim.clients))

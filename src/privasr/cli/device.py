@@ -49,6 +49,10 @@ def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: lis
         cfg = getattr(module, f"load_{algorithm}_config")(raw)
     except InputError as e:
         raise e.at(config) from None
+    from privasr.federated.loop import check_run_arguments
+
+    # cohorts that cannot fit the devices, or never reach min_clients, are refused before any work
+    check_run_arguments([None] * devices, 1, cfg.federated.min_clients, None, cfg.federated.make_sampler())
     work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
     with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
         federation, write = module.operator_side(cfg, work, devices, **options)
