@@ -13,17 +13,9 @@ pytest.importorskip("flwr")
 
 
 def fmp_config(corpus: Path, cache: Path, **extra):
-    config = {"name": "fmp-devices", "seed": 0,
-              "data": {"dev": str(corpus / "nbest" / "dev.jsonl"), "test": str(corpus / "nbest" / "test.jsonl")},
-              "clients": {"key": "client"},
-              "nnlm": {"neural": {"train": {"text": str(corpus / "text" / "background.txt"),
-                                            "valid": str(corpus / "text" / "background.txt"),
-                                            "preset": "tiny-transformer", "seed": 0,
-                                            "options": {"max_epochs": 1, "batch_size": 32, "lr": 0.01,
-                                                        "patience": 0, "amp": False}}}},
-              "cache_dir": str(cache),
-              "search": {"ranges": {"lm": [0, 2, 0.5], "nnlm": [0, 2, 0.5], "word_penalty": [-2, 2, 1]}},
-              "fmp": {"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": 2}, "lam_grid": [0.5, 1.0]}
+    from privasr.bench.device_round import synthetic_fmp_config
+
+    config = synthetic_fmp_config(corpus, cache, name="fmp-devices", rounds=2)
     config.update(extra)
     return config
 

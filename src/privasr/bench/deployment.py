@@ -30,7 +30,7 @@ __all__ = ["run"]
 
 def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     """Measure (see the module docstring); write ``out/results.json`` and ``out/report.md``; the metrics."""
-    from privasr.bench.device_round import _config
+    from privasr.bench.device_round import synthetic_fmp_config
     from privasr.corpus.load import load_nbest
     from privasr.corpus.records import Population
     from privasr.device.folder import init_device, write_replay
@@ -43,8 +43,8 @@ def run(out: Path, quick: bool = False, seed: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="privasr-bench-deployment-") as tmp:
         root = Path(tmp)
         generate(SynthConfig.preset(corpus_preset, seed=1 + seed)).write(root / "corpus")
-        raw = _config(root / "corpus", root / "cache")
-        raw["fmp"]["rounds"] = 2 if quick else 4
+        raw = synthetic_fmp_config(root / "corpus", root / "cache", name="bench-deployment",
+                                   rounds=2 if quick else 4)
         raw["federated"] = {"backend": "flower", "secagg": {"enabled": True}}
         cfg = load_fmp_config(raw)
         test = load_nbest(root / "corpus" / "nbest" / "test.jsonl")

@@ -31,11 +31,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["measure"]
+__all__ = ["measure", "synthetic_fmp_config"]
 
 
-def _config(corpus: Path, cache: Path) -> dict[str, Any]:
-    return {"name": "bench-device-round", "seed": 0,
+def synthetic_fmp_config(corpus: Path, cache: Path, *, name: str = "bench-device-round", rounds: int = 4
+                         ) -> dict[str, Any]:
+    """An FMP config of a synthetic corpus written in ``corpus`` (``privasr data synth``): a tiny transformer
+    NNLM trained on its background text (one epoch, cached in ``cache``), ``fmp.rounds`` = ``rounds``."""
+    return {"name": name, "seed": 0,
             "data": {"dev": str(corpus / "nbest" / "dev.jsonl"), "test": str(corpus / "nbest" / "test.jsonl")},
             "clients": {"key": "client"},
             "nnlm": {"neural": {"train": {"text": str(corpus / "text" / "background.txt"),
@@ -45,7 +48,7 @@ def _config(corpus: Path, cache: Path) -> dict[str, Any]:
                                                       "patience": 0, "amp": False}}}},
             "cache_dir": str(cache),
             "search": {"ranges": {"lm": [0, 2, 0.5], "nnlm": [0, 2, 0.5], "word_penalty": [-2, 2, 1]}},
-            "fmp": {"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": 4}, "lam_grid": [0.5, 1.0]}
+            "fmp": {"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": rounds}, "lam_grid": [0.5, 1.0]}
 
 
 def _serve(fed: Any, app: Any, n: int) -> tuple[Any, Any, float]:
@@ -78,7 +81,7 @@ def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="privasr-bench-device-") as tmp:
         root = Path(tmp)
         generate(SynthConfig.preset("tiny" if quick else "small", seed=seed)).write(root / "corpus")
-        cfg = load_fmp_config(_config(root / "corpus", root / "cache"))
+        cfg = load_fmp_config(synthetic_fmp_config(root / "corpus", root / "cache"))
         test = load_nbest(root / "corpus" / "nbest" / "test.jsonl")
         n = len(Population.group(test, key="client"))
         fed, write = operator_side(cfg, root / "prepare", n)

@@ -35,7 +35,7 @@ import json
 import math
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,8 @@ import numpy as np
 
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["Bundle", "write_bundle", "read_bundle", "bundle_hash", "BUNDLE_FORMAT", "BUNDLE_VERSION",
-           "BUNDLE_FILES"]
+__all__ = ["Bundle", "write_bundle", "read_bundle", "bundle_hash", "build_model", "BUNDLE_FORMAT",
+           "BUNDLE_VERSION", "BUNDLE_FILES"]
 
 BUNDLE_FORMAT = "privasr-bundle"
 BUNDLE_VERSION = 1
@@ -213,6 +213,31 @@ def _read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
         raise InputError(f"not a readable array archive ({type(e).__name__}: {e})", path=path,
                          expected="an .npz of plain arrays (no pickled objects)") from None
     return out
+
+
+def build_model(folder: str | os.PathLike[str], expected: str | None, kind: str, what: str,
+                build: Callable[[Bundle], Any]) -> Any:
+    """Read and check the bundle in ``folder`` (:func:`read_bundle`), then ``build(bundle)``: a device's model of
+    ``kind`` (``what`` names it in errors).
+
+    Raises:
+        InputError: a bundle of another kind, or settings and arrays that do not make the model (naming
+            ``settings.json``), besides :func:`read_bundle`'s errors.
+    """
+    from privasr.errors import ConfigError
+
+    b = read_bundle(folder, expected=expected)
+    if b.kind != kind:
+        raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected=f"{what}'s bundle")
+    where = b.folder / "settings.json"
+    try:
+        return build(b)
+    except InputError as e:
+        raise InputError(f"the bundle does not make {what}'s model: {e.message}", path=where,
+                         expected=e.expected) from None
+    except (ConfigError, KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise InputError(f"the bundle does not make {what}'s model ({type(e).__name__}: {e})"[:400], path=where,
+                         expected=f"a bundle written by `privasr serve {kind}` with this privasr") from None
 
 
 def finite(value: Any) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from privasr.corpus.records import NBest
-from privasr.device.bundle import Bundle, read_bundle, write_bundle
+from privasr.device.bundle import Bundle, build_model, write_bundle
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["write_fedlm_bundle", "FedLmDeviceModel", "FEDLM_BUNDLE", "CONFIDENCE_SOURCES", "read_client_text"]
@@ -122,14 +122,11 @@ class FedLmDeviceModel:
         Raises:
             InputError: a bundle of another kind or hash, or settings that do not make the model.
         """
-        b = read_bundle(folder, expected=expected)
-        if b.kind != FEDLM_BUNDLE:
-            raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected="fedlm's bundle")
-        s = b.settings
-        try:
+        def build(b: Bundle) -> FedLmDeviceModel:
             from privasr.confidence.model import ConfidenceModel
             from privasr.lm.neural.vocab import Vocabulary
 
+            s = b.settings
             vocab = Vocabulary.from_json(s["nnlm"]["vocab"])
             conf = s["confidence"]
             source = conf["source"]
@@ -141,14 +138,9 @@ class FedLmDeviceModel:
                 clf = ConfidenceModel.from_arrays(conf["classifier"], arr)
             model = cls(b, vocab, source, clf, int(s["rounds"]))
             model.algorithm()
-        except InputError as e:
-            raise InputError(f"the bundle does not make fedlm's model: {e.message}", path=b.folder / "settings.json",
-                             expected=e.expected) from None
-        except (ConfigError, KeyError, TypeError, ValueError) as e:
-            raise InputError(f"the bundle does not make fedlm's model ({type(e).__name__}: {e})"[:400],
-                             path=b.folder / "settings.json",
-                             expected="a bundle written by `privasr serve fedlm` with this privasr") from None
-        return model
+            return model
+
+        return build_model(folder, expected, FEDLM_BUNDLE, "fedlm", build)  # type: ignore[no-any-return]
 
     def algorithm(self, nbests: Sequence[NBest] = ()) -> Any:
         """The device's :class:`~privasr.federated.algorithms.fedlm.FedLmAlgorithm` (the parameters arrive with

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from privasr.corpus.records import NBest
-from privasr.device.bundle import Bundle, read_bundle, write_bundle
+from privasr.device.bundle import Bundle, write_bundle
+from privasr.device.bundle import build_model as build_bundle_model
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["write_fmp_bundle", "FmpDeviceModel", "FMP_BUNDLE", "NNLM_FORMATS"]
@@ -145,12 +146,7 @@ class FmpDeviceModel:
             InputError: a bundle that is not FMP's, has another hash than ``expected``, or whose settings or
                 arrays do not make a model (naming the bundle's file).
         """
-        b = read_bundle(folder, expected=expected)
-        if b.kind != FMP_BUNDLE:
-            raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected="FMP's bundle")
-        s = b.settings
-        where = b.folder / "settings.json"
-        try:
+        def build(b: Bundle) -> FmpDeviceModel:
             import torch
 
             from privasr.lm.neural.models import NeuralLMConfig, build_model
@@ -158,6 +154,7 @@ class FmpDeviceModel:
             from privasr.lm.neural.vocab import Vocabulary
             from privasr.rescore.combine import Combination
 
+            s = b.settings
             fmt = s["nnlm"].get("format", "torch")
             if fmt not in NNLM_FORMATS:
                 raise ValueError(f"NNLM format {fmt!r}")
@@ -178,13 +175,9 @@ class FmpDeviceModel:
             weights = comb.check_weights(r["weights"])
             model = cls(b, nnlm, comb, weights, float(r["bias_weight"]), int(s["rounds"]))
             model.algorithm()  # the settings make an algorithm
-        except InputError as e:
-            raise InputError(f"the bundle does not make FMP's model: {e.message}", path=where,
-                             expected=e.expected) from None
-        except (ConfigError, KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise InputError(f"the bundle does not make FMP's model ({type(e).__name__}: {e})"[:400], path=where,
-                             expected="a bundle written by `privasr serve fmp` with this privasr") from None
-        return model
+            return model
+
+        return build_bundle_model(folder, expected, FMP_BUNDLE, "FMP", build)  # type: ignore[no-any-return]
 
     @property
     def vocab(self) -> Any:

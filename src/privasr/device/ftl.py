@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from privasr.device.bundle import Bundle, read_bundle, write_bundle
+from privasr.device.bundle import Bundle, build_model, write_bundle
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["write_ftl_bundle", "FtlDeviceModel", "FTL_BUNDLE", "read_transcripts", "write_ftl_replay",
@@ -145,29 +145,21 @@ class FtlDeviceModel:
         Raises:
             InputError: a bundle of another kind or hash, or settings that do not make the model.
         """
-        b = read_bundle(folder, expected=expected)
-        if b.kind != FTL_BUNDLE:
-            raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected="FTL's bundle")
-        s = b.settings
-        try:
+        def build(b: Bundle) -> FtlDeviceModel:
             import json
 
             from privasr.asr.units import tokenizer_from_json
 
+            s = b.settings
             tok = tokenizer_from_json(json.dumps(s["units"]))
             cmvn = s["features"]["cmvn"]
             if cmvn not in ("speaker", "none"):
                 raise ValueError(f"cmvn {cmvn!r}")
             model = cls(b, tok, cmvn, int(s["rounds"]))
             model.algorithm()
-        except InputError as e:
-            raise InputError(f"the bundle does not make FTL's model: {e.message}", path=b.folder / "settings.json",
-                             expected=e.expected) from None
-        except (ConfigError, KeyError, TypeError, ValueError) as e:
-            raise InputError(f"the bundle does not make FTL's model ({type(e).__name__}: {e})"[:400],
-                             path=b.folder / "settings.json",
-                             expected="a bundle written by `privasr serve ftl` with this privasr") from None
-        return model
+            return model
+
+        return build_model(folder, expected, FTL_BUNDLE, "FTL", build)  # type: ignore[no-any-return]
 
     def algorithm(self) -> Any:
         """The device's :class:`~privasr.federated.algorithms.ftl.FtlAlgorithm` (weights arrive with each
