@@ -158,6 +158,15 @@ def test_a_malformed_file_is_set_aside_and_the_round_goes_on(serve_kit, tmp_path
     write_nbest(box / "d.jsonl", good[:1])
     assert dev.folder.take(2, dev.prepare).set_aside == ["d.jsonl"]
     assert all(before[k] == (box / k).read_bytes() for k in before)
+    # the user fixes the set-aside file: a later round takes it; a used file that changes is not taken again
+    others = [nb for nb in test if nb.utt_id not in {g.utt_id for g in good[:2]}]
+    write_nbest(box / "b.jsonl", others[:1])
+    with caplog.at_level("WARNING"):
+        write_nbest(box / "a.jsonl", others[1:3])
+        taken = dev.folder.take(3, dev.prepare)
+    assert taken.used == ["b.jsonl"] and taken.set_aside == []
+    assert any("a.jsonl changed after it was used in round 0" in r.getMessage() for r in caplog.records)
+    assert dev.folder.take(4, dev.prepare).used == []
 
 
 def test_a_device_killed_mid_round_restarts_from_its_ledger(serve_kit, tmp_path):

@@ -16,8 +16,9 @@ Layout (``privasr device init`` writes ``device.json`` and copies the bundle)::
 A round ``r`` takes the files that arrived since the last round (:meth:`DeviceFolder.take`), oldest first
 (modification time, then name). A file that cannot be read (a format error, an utterance id used before, a
 hypothesis without the first-pass scores the bundle needs) is *set aside*: the ledger records it with the
-error's file and line, one log line says so, and the round goes on with the rest. A file is never taken twice: a
-file changed after it was used is logged and left alone. Every write is atomic (a temporary file, then
+error's file and line, one log line says so, and the round goes on with the rest; if the user replaces it (its
+size or modification time changes) a later round takes it again. A file is never taken twice: a file changed
+after it was used is logged and left alone. Every write is atomic (a temporary file, then
 ``os.replace``), groups before the ledger, so a device killed at any point (kill -9) restarts from a consistent
 ledger: a group without its ledger entry is simply made again.
 """
@@ -215,13 +216,16 @@ class DeviceFolder:
         for p in self._candidates(companions):
             name = p.relative_to(self.inbox).as_posix()
             entry = led["files"].get(name)
+            st = p.stat()
+            changed = entry is not None and (entry.get("size"), entry.get("mtime_ns")) != (st.st_size, st.st_mtime_ns)
             if entry is not None:
-                if entry.get("status") == "used" and entry.get("size") != p.stat().st_size:
-                    if not entry.get("changed_logged"):
+                if entry.get("status") == "used" or not changed:
+                    if changed and not entry.get("changed_logged"):
                         log.warning("%s changed after it was used in round %s; it is not used again", p,
                                     entry.get("round"))
                         entry["changed_logged"] = True
-                continue
+                    continue
+                log.info("%s was set aside and has changed since: taking it again", name)
             try:
                 recs = read(p)
                 ids = [nb.utt_id for nb in recs]
@@ -236,14 +240,14 @@ class DeviceFolder:
                 err = e if e.path else e.at(p)
                 log.warning("set aside %s: %s", name, err)
                 led["files"][name] = {"status": "set-aside", "round": r, "error": str(err),
-                                      "size": p.stat().st_size}
+                                      "size": st.st_size, "mtime_ns": st.st_mtime_ns}
                 aside.append(name)
                 continue
             seen_utts.update(ids)
             nbests.extend(prepared)
             used.append(name)
-            led["files"][name] = {"status": "used", "round": r, "sha256": _sha256(p), "size": p.stat().st_size,
-                                  "utterances": len(recs)}
+            led["files"][name] = {"status": "used", "round": r, "sha256": _sha256(p), "size": st.st_size,
+                                  "mtime_ns": st.st_mtime_ns, "utterances": len(recs)}
         if nbests:
             save_tree(self.state / "groups" / f"{r}.npz", nbests)
         led["rounds"][str(r)] = used
