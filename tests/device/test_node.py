@@ -347,3 +347,30 @@ def test_onnx_bundles(synth_corpus, tmp_path, fmt):
     d = np.abs(np.array([s.ln_total for s in onnx.score_batch(hyps)])
                - np.array([s.ln_total for s in ref.score_batch(hyps)]))
     assert d.max() < (1e-4 if fmt == "onnx" else 1.0)
+
+
+def test_personal_bigrams_travel_only_when_used(synth_corpus, tmp_path):
+    """The background bigram is in FMP's bundle for ``order: 2`` only, and a device builds its algorithm with
+    it."""
+    from privasr.corpus.load import load_nbest
+    from privasr.device.bundle import read_bundle
+    from privasr.experiments.fmp import load_fmp_config, operator_side
+    from privasr.federated.backends.flower_serve import write_serve_kit
+
+    test = load_nbest(synth_corpus / "nbest" / "test.jsonl")
+    for order in (1, 2):
+        cfg = load_fmp_config(fmp_config(synth_corpus, tmp_path / "cache", lam2_grid=[0.5],
+                                         fmp={"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": 2,
+                                              "order": order}))
+        fed, write = operator_side(cfg, tmp_path / f"prepare{order}", 3)
+        kit = write_serve_kit(tmp_path / f"kit{order}", fed, write)
+        info = json.loads((kit / "kit.json").read_text())
+        assert ("bigram/keys" in read_bundle(kit / "bundle").arrays) == (order == 2)
+        dev = Device(init_device(tmp_path / f"d{order}", bundle=kit / "bundle", bundle_hash=info["bundle"],
+                                 index=0).root)
+        alg = dev.algorithm()
+        assert alg.config.order == order and (alg.background_bigram is not None) == (order == 2)
+        from privasr.corpus.formats.nbest_jsonl import write_nbest
+
+        write_nbest(dev.folder.inbox / "a.jsonl", test[:4])
+        assert len(dev.rescore()) == 4

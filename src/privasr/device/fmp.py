@@ -88,7 +88,7 @@ def write_fmp_bundle(folder: str | os.PathLike[str], *, algorithm: Any, lm: Any,
             export_lm(model, lm.vocab, Path(tmp), to="onnx", int8=nnlm_format == "onnx-int8")
             for f in sorted(Path(tmp).iterdir()):
                 arrays[f"onnx/{f.name}"] = np.frombuffer(f.read_bytes(), dtype=np.uint8)
-    bg = algorithm.background_bigram
+    bg = algorithm.background_bigram if algorithm.config.order == 2 else None  # devices use it with order 2 only
     if bg is not None:
         arrays.update({"bigram/keys": bg.keys, "bigram/counts": bg.counts, "bigram/history": bg.history,
                        "bigram/prior": np.asarray([bg.prior])})
