@@ -11,7 +11,7 @@ import pytest
 
 from privasr.cli import main
 from privasr.device.folder import init_device, write_replay
-from privasr.device.node import Device
+from privasr.device.node import Device, dispatch
 from privasr.errors import ConfigError, InputError
 
 from .conftest import fmp_config
@@ -41,8 +41,7 @@ def test_fedlm_devices_match_the_operator_side_clients(synth_corpus, tmp_path, m
     from privasr.device.bundle import read_bundle
     from privasr.experiments.fedlm import load_fedlm_config, operator_side
     from privasr.federated.algorithms.fedlm import FedLmClient
-    from privasr.federated.backends.flower import _serve, _ServerSpec
-    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+    from privasr.federated.backends.flower_inprocess import serve_inprocess
     from privasr.federated.backends.flower_serve import write_serve_kit
     from privasr.federated.loop import run_federated
 
@@ -81,13 +80,9 @@ def test_fedlm_devices_match_the_operator_side_clients(synth_corpus, tmp_path, m
     with monkeypatch.context() as m:
         m.setattr(pickle, "load", no_pickle)
         m.setattr(pickle, "loads", no_pickle)
-        grid = InProcessGrid(lambda msg, ctx: devices[int(ctx.node_config["partition-id"])].handle(msg, ctx),
-                             len(devices), keep_messages=False)
-        spec = _ServerSpec(fed.algorithm, len(devices), fed.rounds, fed.sampler, int(fed.seed), fed.min_clients,
-                           None, fed.privacy, None, False, 5.0, 0.01, checkpoint_dir=str(tmp_path / "ckpt"),
-                           resume=True, key=fed.key)
-        with task_identity():
-            res = _serve(grid, spec)
+        res, _ = serve_inprocess(dispatch(devices), len(devices), fed.algorithm, rounds=fed.rounds,
+                                 sampler=fed.sampler, seed=fed.seed, min_clients=fed.min_clients,
+                                 privacy=fed.privacy, checkpoint_dir=tmp_path / "ckpt", key=fed.key)
     # the same clients made on the operator's machine: the 1-best as ids, the classifier's confidences
     model = devices[0].model
     clients = []

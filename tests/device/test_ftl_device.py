@@ -12,7 +12,7 @@ import pytest
 from privasr.cli import main
 from privasr.device.folder import init_device
 from privasr.device.ftl import read_transcripts, write_ftl_replay
-from privasr.device.node import Device
+from privasr.device.node import Device, dispatch
 from privasr.errors import InputError
 
 pytest.importorskip("torch")
@@ -35,8 +35,7 @@ def test_ftl_devices_match_the_operator_side_clients(tmp_path, monkeypatch):
     from privasr.asr.train import an4_examples
     from privasr.experiments.ftl import load_ftl_config, operator_side, split_speakers
     from privasr.federated.algorithms.ftl import FtlClient
-    from privasr.federated.backends.flower import _serve, _ServerSpec
-    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+    from privasr.federated.backends.flower_inprocess import serve_inprocess
     from privasr.federated.backends.flower_serve import write_serve_kit
     from privasr.federated.loop import run_federated
 
@@ -59,13 +58,9 @@ def test_ftl_devices_match_the_operator_side_clients(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(pickle, "load", no_pickle)
         m.setattr(pickle, "loads", no_pickle)
-        grid = InProcessGrid(lambda msg, ctx: devices[int(ctx.node_config["partition-id"])].handle(msg, ctx),
-                             len(devices), keep_messages=False)
-        spec = _ServerSpec(fed.algorithm, len(devices), fed.rounds, fed.sampler, int(fed.seed), fed.min_clients,
-                           None, None, None, False, 5.0, 0.01, checkpoint_dir=str(tmp_path / "ckpt"), resume=True,
-                           key=fed.key)
-        with task_identity():
-            res = _serve(grid, spec)
+        res, _ = serve_inprocess(dispatch(devices), len(devices), fed.algorithm, rounds=fed.rounds,
+                                 sampler=fed.sampler, seed=fed.seed, min_clients=fed.min_clients,
+                                 privacy=None, checkpoint_dir=tmp_path / "ckpt", key=fed.key)
     assert all(h.reported == len(devices) for h in res.history)
     # the MFC round trip keeps the features bit for bit; the same clients made on the operator's machine
     tok = fed.algorithm.tokenizer

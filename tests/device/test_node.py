@@ -13,7 +13,7 @@ import pytest
 
 from privasr.cli import main
 from privasr.device.folder import DeviceFolder, init_device, write_replay
-from privasr.device.node import Device
+from privasr.device.node import Device, dispatch
 from privasr.errors import ConfigError, InputError
 
 from .conftest import fmp_config
@@ -31,17 +31,11 @@ def _devices(serve_kit, tmp_path, *, replay=True):
 
 
 def _serve_inprocess(fed, devices, ckpt):
-    from privasr.federated.backends.flower import _serve, _ServerSpec
-    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+    from privasr.federated.backends.flower_inprocess import serve_inprocess
 
-    def app(message, context):
-        return devices[int(context.node_config["partition-id"])].handle(message, context)
-
-    grid = InProcessGrid(app, len(devices), keep_messages=False)
-    spec = _ServerSpec(fed.algorithm, len(devices), fed.rounds, fed.sampler, int(fed.seed), fed.min_clients, None,
-                       fed.privacy, None, False, 5.0, 0.01, checkpoint_dir=str(ckpt), resume=True, key=fed.key)
-    with task_identity():
-        return _serve(grid, spec), grid
+    return serve_inprocess(dispatch(devices), len(devices), fed.algorithm, rounds=fed.rounds, sampler=fed.sampler,
+                           seed=fed.seed, min_clients=fed.min_clients, privacy=fed.privacy, checkpoint_dir=ckpt,
+                           key=fed.key)
 
 
 def test_devices_match_the_simulation(serve_kit, synth_corpus, tmp_path, monkeypatch):
@@ -183,7 +177,7 @@ def test_a_device_killed_mid_round_restarts_from_its_ledger(serve_kit, tmp_path)
         write_nbest(dev.folder.inbox / f"f{k}.jsonl", test[k:k + 1])
     code = textwrap.dedent(f"""
         import os, signal
-        from privasr.device.node import Device
+        from privasr.device.node import Device, dispatch
         d = Device({str(dev.folder.root)!r})
         prep = d.prepare
         def slow(recs):
@@ -239,13 +233,11 @@ def test_devices_under_dp_with_distributed_noise_match_the_simulation(synth_corp
     """SecAgg+ with distributed Laplace noise (each device adds its share) and FMP's utterance-level DP: the
     devices' released sum equals the simulated secure DP run's exactly (the same seeds, shares and
     quantisation), and the run reports the accountant's epsilon."""
-    import logging
 
     from privasr.corpus.load import load_nbest
     from privasr.corpus.records import Population
     from privasr.experiments.fmp import federation, load_fmp_config, operator_side
-    from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, flower_log_level
-    from privasr.federated.backends.flower_inprocess import InProcessGrid, run_inprocess, task_identity
+    from privasr.federated.backends.flower_inprocess import run_inprocess, serve_inprocess
     from privasr.federated.backends.flower_serve import write_serve_kit
 
     c = fmp_config(synth_corpus, tmp_path / "cache",
@@ -261,14 +253,9 @@ def test_devices_under_dp_with_distributed_noise_match_the_simulation(synth_corp
     assert info["run"]["secagg"]["noise"] == "distributed" and info["run"]["dp"]["mechanism"]
     devices = _devices((kit, fed, info, test), tmp_path)
     assert all(d.secure for d in devices)
-    secure = check_secagg(fed.secagg, fed.algorithm, fed.sampler, n, fed.privacy)
-    grid = InProcessGrid(lambda m, ctx: devices[int(ctx.node_config["partition-id"])].handle(m, ctx), n,
-                         keep_messages=False)
-    spec = _ServerSpec(fed.algorithm, n, fed.rounds, fed.sampler, int(fed.seed), fed.min_clients, None, fed.privacy,
-                       None, False, 5.0, 0.01, checkpoint_dir=str(tmp_path / "ckpt"), resume=True, key=fed.key,
-                       secagg=secure)
-    with flower_log_level(logging.WARNING), task_identity():
-        res = _serve(grid, spec)
+    res, _ = serve_inprocess(dispatch(devices), n, fed.algorithm, rounds=fed.rounds, sampler=fed.sampler,
+                             seed=fed.seed, min_clients=fed.min_clients, privacy=fed.privacy, secagg=fed.secagg,
+                             checkpoint_dir=tmp_path / "ckpt", key=fed.key)
     sim = federation(cfg, tmp_path / "sim")
     ref = run_inprocess(sim.algorithm, sim.clients, rounds=sim.rounds, sampler=sim.sampler, workdir=tmp_path / "w",
                         seed=sim.seed, min_clients=sim.min_clients, privacy=sim.privacy, secagg=sim.secagg)

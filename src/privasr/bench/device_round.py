@@ -51,18 +51,11 @@ def synthetic_fmp_config(corpus: Path, cache: Path, *, name: str = "bench-device
             "fmp": {"alpha": 0.5, "beta": 0.25, "sigma": 1.0, "rounds": rounds}, "lam_grid": [0.5, 1.0]}
 
 
-def _serve(fed: Any, app: Any, n: int) -> tuple[Any, Any, float]:
-    from privasr.federated.backends.flower import _serve as serve
-    from privasr.federated.backends.flower import _ServerSpec
-    from privasr.federated.backends.flower_inprocess import InProcessGrid, task_identity
+def _serve(fed: Any, app: Any, n: int) -> tuple[Any, Any]:
+    from privasr.federated.backends.flower_inprocess import serve_inprocess
 
-    grid = InProcessGrid(app, n, keep_messages=False)
-    spec = _ServerSpec(fed.algorithm, n, fed.rounds, fed.sampler, int(fed.seed), fed.min_clients, None,
-                       fed.privacy, None, False, 5.0, 0.001, key=fed.key)
-    t0 = time.perf_counter()
-    with task_identity():
-        res = serve(grid, spec)
-    return res, grid, time.perf_counter() - t0
+    return serve_inprocess(app, n, fed.algorithm, rounds=fed.rounds, sampler=fed.sampler, seed=fed.seed,
+                           min_clients=fed.min_clients, privacy=fed.privacy, key=fed.key)
 
 
 def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
@@ -71,7 +64,7 @@ def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
     from privasr.corpus.load import load_nbest
     from privasr.corpus.records import Population
     from privasr.device.folder import init_device, write_replay
-    from privasr.device.node import Device
+    from privasr.device.node import Device, dispatch
     from privasr.experiments.fmp import federation, load_fmp_config, operator_side
     from privasr.federated.backends.flower import make_client_app
     from privasr.federated.backends.flower_deploy import _dump
@@ -116,13 +109,13 @@ def measure(quick: bool = False, seed: int = 1) -> dict[str, Any]:
             return dev
 
         devs = [timed(d) for d in devices("a")]
-        dres, dgrid, _ = _serve(fed, lambda m, c: devs[int(c.node_config["partition-id"])].handle(m, c), n)
-        sres, sgrid, _ = _serve(sim, sim_app, n)
+        dres, dgrid = _serve(fed, dispatch(devs), n)
+        sres, sgrid = _serve(sim, sim_app, n)
         assert np.allclose(dres.state["sum"], sres.state["sum"], rtol=1e-12, atol=1e-12)
         # the peaks, in second passes (tracemalloc slows what it watches)
         devs2 = devices("b")
         tracemalloc.start()
-        _serve(fed, lambda m, c: devs2[int(c.node_config["partition-id"])].handle(m, c), n)
+        _serve(fed, dispatch(devs2), n)
         dpeak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         tracemalloc.start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from privasr.device.fmp import FmpDeviceModel
 from privasr.device.folder import DeviceFolder
 from privasr.errors import InputError
 
-__all__ = ["Device"]
+__all__ = ["Device", "dispatch"]
 
 log = logging.getLogger(__name__)
 
@@ -228,3 +229,14 @@ class Device:
             for d in self.folder.group(r):
                 out.append((d["utt_id"], d["hyps"][int(st["chosen"][d["utt_id"]])]))
         return out
+
+
+def dispatch(devices: Sequence[Device]) -> Callable[[Any, Any], Any]:
+    """``app(message, context)`` answering each message with the device of the node's ``partition-id``: several
+    devices behind one in-process grid (:func:`~privasr.federated.backends.flower_inprocess.serve_inprocess`),
+    for tests and benchmarks."""
+
+    def app(message: Any, context: Any) -> Any:
+        return devices[int(context.node_config["partition-id"])].handle(message, context)
+
+    return app

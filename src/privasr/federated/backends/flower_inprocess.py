@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InProcessGrid", "Exchange", "task_identity", "run_inprocess", "SECAGG_STAGES"]
+__all__ = ["InProcessGrid", "Exchange", "task_identity", "run_inprocess", "serve_inprocess", "SECAGG_STAGES"]
 
 SECAGG_STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 """The SecAgg+ stages as Flower names them in its messages (``secaggplus_configs["stage"]``)."""
@@ -204,6 +204,37 @@ class InProcessGrid:
         return [x for x in self.exchanges if x.group_id == str(group_id) and x.message_type == message_type]
 
 
+def serve_inprocess(app: Any, n: int, algorithm: Any, *, rounds: int, sampler: Any, seed: int = 0,
+                    min_clients: int = 1, privacy: Any = None, secagg: Any = None,
+                    client_timeout: float | None = None, client_states: bool = False,
+                    checkpoint_dir: Any = None, key: Any = None) -> tuple[Any, InProcessGrid]:
+    """The ServerApp's whole loop (:func:`~privasr.federated.backends.flower._serve`) over an :class:`InProcessGrid`
+    of ``n`` nodes answered by ``app`` (a ``ClientApp``, or any ``app(message, context)``: e.g. privasr devices,
+    :func:`privasr.device.node.dispatch`), with Flower's log at warnings only.
+
+    Args:
+        checkpoint_dir: the server's checkpoint folder (the run then resumes from it and its nodes keep their
+            states in files); ``None``: no checkpoint.
+        key: the run's identity in the checkpoint.
+        client_states: collect the clients' states from the nodes at the end.
+
+    Returns:
+        The :class:`~privasr.federated.loop.FederatedResult` and the grid (its :attr:`InProcessGrid.exchanges`).
+
+    Raises:
+        ConfigError: the loop's and the secure aggregation's checks.
+    """
+    from privasr.federated.backends.flower import _serve, _ServerSpec, check_secagg, flower_log_level
+
+    secure = check_secagg(secagg, algorithm, sampler, n, privacy)
+    with flower_log_level(logging.WARNING), task_identity():  # Flower logs every SecAgg+ stage of every node
+        grid = InProcessGrid(app, n, keep_messages=False)
+        spec = _ServerSpec(algorithm, n, rounds, sampler, int(seed), min_clients, client_timeout, privacy, None,
+                           client_states, 5.0, 0.01, None if checkpoint_dir is None else str(checkpoint_dir),
+                           checkpoint_dir is not None, key, secure)
+        return _serve(grid, spec), grid
+
+
 def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sampler: Any, workdir: Any,
                   seed: int = 0, min_clients: int = 1, privacy: Any = None, secagg: Any = None,
                   client_timeout: float | None = None, client_states: bool = False) -> Any:
@@ -213,7 +244,8 @@ def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sample
     What :func:`~privasr.federated.backends.flower.run_flower` runs, without Ray, processes or sockets: for tests
     and audits that need many short runs of the real protocol (e.g. the DP membership games of
     :mod:`privasr.federated.dp_games` under SecAgg+ with distributed noise). The clients are written to a file
-    under ``workdir`` for the ClientApp, as the simulation does; the client states stay on the grid's nodes.
+    under ``workdir`` for the ClientApp, as the simulation does; the client states stay on the grid's nodes
+    (:func:`serve_inprocess`).
 
     Returns:
         The :class:`~privasr.federated.loop.FederatedResult` (client states collected from the nodes only with
@@ -224,25 +256,18 @@ def run_inprocess(algorithm: Any, clients: Sequence[Any], *, rounds: int, sample
     """
     from pathlib import Path
 
-    from privasr.federated.backends.flower import (
-        _serve,
-        _ServerSpec,
-        check_secagg,
-        flower_log_level,
-        make_client_app,
-    )
+    from privasr.federated.backends.flower import check_secagg, make_client_app
     from privasr.federated.backends.flower_deploy import _dump
 
     secure = check_secagg(secagg, algorithm, sampler, len(clients), privacy)
     path = Path(workdir) / f"clients-{uuid.uuid4().hex}.pkl"
     path.parent.mkdir(parents=True, exist_ok=True)
     _dump(path, (algorithm, list(clients)))
-    try:  # Flower logs every SecAgg+ stage of every node: warnings only here
-        with flower_log_level(logging.WARNING), task_identity():
-            grid = InProcessGrid(make_client_app(path, None, secure=secure is not None), len(clients),
-                                 keep_messages=False)
-            spec = _ServerSpec(algorithm, len(clients), rounds, sampler, int(seed), min_clients, client_timeout,
-                               privacy, None, client_states, 5.0, 0.01, secagg=secure)
-            return _serve(grid, spec)
+    try:
+        result, _ = serve_inprocess(make_client_app(path, None, secure=secure is not None), len(clients),
+                                    algorithm, rounds=rounds, sampler=sampler, seed=seed,
+                                    min_clients=min_clients, privacy=privacy, secagg=secagg,
+                                    client_timeout=client_timeout, client_states=client_states)
+        return result
     finally:
         path.unlink(missing_ok=True)
