@@ -215,10 +215,10 @@ def _read_arrays(path: Path, data: bytes) -> dict[str, np.ndarray]:
     return out
 
 
-def build_model(folder: str | os.PathLike[str], expected: str | None, kind: str, what: str,
+def build_model(folder: str | os.PathLike[str] | Bundle, expected: str | None, kind: str, what: str,
                 build: Callable[[Bundle], Any]) -> Any:
-    """Read and check the bundle in ``folder`` (:func:`read_bundle`), then ``build(bundle)``: a device's model of
-    ``kind`` (``what`` names it in errors).
+    """Read and check the bundle in ``folder`` (:func:`read_bundle`; a :class:`Bundle` already read is taken as it
+    is), then ``build(bundle)``: a device's model of ``kind`` (``what`` names it in errors).
 
     Raises:
         InputError: a bundle of another kind, or settings and arrays that do not make the model (naming
@@ -226,7 +226,7 @@ def build_model(folder: str | os.PathLike[str], expected: str | None, kind: str,
     """
     from privasr.errors import ConfigError
 
-    b = read_bundle(folder, expected=expected)
+    b = folder if isinstance(folder, Bundle) else read_bundle(folder, expected=expected)
     if b.kind != kind:
         raise InputError(f"a {b.kind!r} bundle", path=b.folder / "manifest.json", expected=f"{what}'s bundle")
     where = b.folder / "settings.json"

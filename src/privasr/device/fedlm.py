@@ -116,7 +116,8 @@ class FedLmDeviceModel:
     rounds: int
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str], *, expected: str | None = None) -> FedLmDeviceModel:
+    def load(cls, folder: str | os.PathLike[str] | Bundle, *,
+             expected: str | None = None) -> FedLmDeviceModel:
         """Read fedlm's bundle from ``folder`` and build the model.
 
         Raises:

@@ -139,7 +139,8 @@ class FmpDeviceModel:
     rounds: int
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str], *, expected: str | None = None) -> FmpDeviceModel:
+    def load(cls, folder: str | os.PathLike[str] | Bundle, *,
+             expected: str | None = None) -> FmpDeviceModel:
         """Read FMP's bundle from ``folder`` (:func:`~privasr.device.bundle.read_bundle`) and build the model.
 
         Raises:

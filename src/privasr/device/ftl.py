@@ -139,7 +139,8 @@ class FtlDeviceModel:
     rounds: int
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str], *, expected: str | None = None) -> FtlDeviceModel:
+    def load(cls, folder: str | os.PathLike[str] | Bundle, *,
+             expected: str | None = None) -> FtlDeviceModel:
         """Read FTL's bundle from ``folder`` and build the model.
 
         Raises:

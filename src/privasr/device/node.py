@@ -48,16 +48,17 @@ class Device:
 
         self.folder = DeviceFolder(folder)
         self.replay = None if replay is None else Path(replay)
-        kind = read_bundle(self.folder.bundle, expected=self.folder.bundle_hash).kind
+        bundle = read_bundle(self.folder.bundle, expected=self.folder.bundle_hash)  # read and hashed once
         models = {"fmp": FmpDeviceModel, "fedlm": FedLmDeviceModel, "ftl": FtlDeviceModel}
-        if kind not in models:
-            raise InputError(f"a bundle of kind {kind!r}", path=self.folder.bundle / "manifest.json",
+        if bundle.kind not in models:
+            raise InputError(f"a bundle of kind {bundle.kind!r}", path=self.folder.bundle / "manifest.json",
                              expected=f"one of {sorted(models)}")
-        self.kind = kind
-        self.model: Any = models[kind].load(self.folder.bundle, expected=self.folder.bundle_hash)
+        self.kind = bundle.kind
+        self.model: Any = models[bundle.kind].load(bundle)
         run = self.model.bundle.settings.get("run", {})
         self.secure = bool(run.get("secagg"))
-        self._groups: dict[int, tuple[Any, ...]] = {}
+        self._stored: dict[int, list[dict[str, Any]]] = {}  # the taken groups as stored (they never change)
+        self._groups: dict[int, tuple[Any, ...]] = {}  # FMP's utterances of them
         self._app: Any = None
 
     # -- data ----------------------------------------------------------------------------------------------
@@ -73,13 +74,20 @@ class Device:
                  "bias_weight": float(u.bias_weight), "hyps": [" ".join(h.words) for h in nb.hyps]}
                 for u, nb in zip(utts, nbests, strict=True)]
 
+    def _stored_group(self, r: int) -> list[dict[str, Any]]:
+        """Round ``r``'s stored group, read from disk once (call it for rounds already taken: a group never changes
+        once its round is taken, and a round skipped before a later one was taken stays empty)."""
+        if r not in self._stored:
+            self._stored[r] = self.folder.group(r)
+        return self._stored[r]
+
     def _group(self, r: int) -> tuple[Any, ...]:
         from privasr.federated.algorithms.fmp import FmpUtterance
 
         if r not in self._groups:
             self._groups[r] = tuple(FmpUtterance(d["utt_id"], tuple(np.asarray(w, dtype=np.int64)
                                                                     for w in d["word_ids"]),
-                                                 d["base"], d["bias_weight"]) for d in self.folder.group(r))
+                                                 d["base"], d["bias_weight"]) for d in self._stored_group(r))
         return self._groups[r]
 
     def client(self, upto: int) -> Any:
@@ -90,7 +98,7 @@ class Device:
         from privasr.federated.algorithms.fmp import FmpClient
 
         if self.kind != "fmp":
-            return self.model.client(self.folder.name, [self.folder.group(t) for t in range(upto + 1)])
+            return self.model.client(self.folder.name, [self._stored_group(t) for t in range(upto + 1)])
 
         return FmpClient(self.folder.name, tuple(self._group(t) for t in range(upto + 1)))
 
@@ -99,7 +107,7 @@ class Device:
 
         out = []
         for r in self.folder.taken_rounds():
-            for d in self.folder.group(r):
+            for d in self._stored_group(r):
                 out.append(NBest(d["utt_id"], tuple(Hypothesis.from_text(t) for t in d["hyps"])))
         return out
 
@@ -218,6 +226,7 @@ class Device:
         done = self.folder.taken_rounds()
         last = max([*done, -1]) + 1
         self.folder.take(last, self.prepare)
+        self._stored.pop(last, None)
         self._groups.pop(last, None)
         client = self.client(last)
         if client.n_utterances == 0:
@@ -226,7 +235,7 @@ class Device:
         st = self.algorithm().finish(client, self.latest_state())
         out = []
         for r in range(last + 1):
-            for d in self.folder.group(r):
+            for d in self._stored_group(r):
                 out.append((d["utt_id"], d["hyps"][int(st["chosen"][d["utt_id"]])]))
         return out
 
