@@ -55,7 +55,7 @@ from privasr.federated.client_store import split_clients
 from privasr.federated.credentials import Credentials, make_credentials
 from privasr.federated.loop import FederatedResult, Federation, check_privacy, check_run_arguments
 
-__all__ = ["write_kit", "run_kit", "read_kit", "KIT_FILES", "DEFAULT_PORT"]
+__all__ = ["write_kit", "run_kit", "read_kit", "read_kit_json", "KIT_FILES", "DEFAULT_PORT"]
 
 KIT_FILES = ("data", "algorithm.pkl", "server.pkl", "credentials", "app", "home", "COMMANDS.md", "kit.json")
 DEFAULT_PORT = 9092
@@ -170,17 +170,28 @@ def read_kit(folder: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         InputError: naming the missing or unreadable file.
     """
+    return read_kit_json(folder, KIT_FILES, made_by="privasr fed split", count="clients", what="a kit description")
+
+
+def read_kit_json(folder: str | os.PathLike[str], files: Sequence[str], *, made_by: str, count: str,
+                  what: str, kind: str | None = None) -> dict[str, Any]:
+    """``folder/kit.json`` of a kit whose ``files`` must all be there (a ``fed split`` or a ``serve`` kit): a JSON
+    object with an integer ``count`` (and ``"kind": kind`` when given).
+
+    Raises:
+        InputError: naming the missing file, or ``kit.json`` when it is not ``what``.
+    """
     out = Path(folder)
-    for name in KIT_FILES:
+    for name in files:
         if not (out / name).exists():
-            raise InputError(f"{out / name} is missing", expected="a kit written by `privasr fed split`")
+            raise InputError(f"{out / name} is missing", expected=f"a kit written by `{made_by}`")
     try:
         info = json.loads((out / "kit.json").read_text())
-        int(info["clients"])
+        if not isinstance(info, dict) or (kind is not None and info.get("kind") != kind):
+            raise ValueError(f"not {what}")
+        int(info[count])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{out / 'kit.json'} is not a kit description ({e})") from None
-    if not isinstance(info, dict):
-        raise InputError(f"{out / 'kit.json'} is not a kit description")
+        raise InputError(f"{out / 'kit.json'} is not {what} ({e})") from None
     return info
 
 

@@ -59,7 +59,7 @@ from privasr.federated.backends.flower_deploy import (
     _Workdir,
     _write_flwr_config,
 )
-from privasr.federated.backends.flower_kit import DEFAULT_PORT
+from privasr.federated.backends.flower_kit import DEFAULT_PORT, read_kit_json
 from privasr.federated.core import FederatedError
 from privasr.federated.credentials import Credentials, make_credentials
 from privasr.federated.loop import FederatedResult, Federation, check_privacy, check_run_arguments
@@ -210,18 +210,8 @@ def read_serve_kit(folder: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         InputError: naming the missing or unreadable file.
     """
-    out = Path(folder)
-    for name in SERVE_FILES:
-        if not (out / name).exists():
-            raise InputError(f"{out / name} is missing", expected="a kit written by `privasr serve`")
-    try:
-        info = json.loads((out / "kit.json").read_text())
-        if not isinstance(info, dict) or info.get("kind") != "serve":
-            raise ValueError("not a serve kit")
-        int(info["devices"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{out / 'kit.json'} is not a serve kit's description ({e})") from None
-    return info
+    return read_kit_json(folder, SERVE_FILES, made_by="privasr serve", count="devices",
+                         what="a serve kit's description", kind="serve")
 
 
 # -- the installed apps ----------------------------------------------------------------------------------------
