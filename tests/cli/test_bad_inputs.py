@@ -154,7 +154,7 @@ BAD_FILES: list[tuple[str, str, str | bytes | Callable[[Path], None], str | None
     ("trn-missing-paren", "hyp.txt", "hello (spk1-u1)\nworld (spk1-u2\n", "trn", "does not end with '(id)'", 2),
     ("trn-empty-id", "hyp.txt", "hello (spk1-u1)\nworld ()\n", "trn", "invalid utterance id", 2),
     ("trn-duplicate-id", "hyp.txt", "hello (spk1-u1)\nworld (spk1-u1)\n", "trn", "duplicate utterance id", 2),
-    ("trn-paren-in-word", "hyp.txt", "a (b) c (spk1-u1)\n", "trn", "contains a parenthesis", 1),
+    ("trn-unclosed-alternation", "hyp.txt", "a { b / c (spk1-u1)\n", "trn", "'{'", 1),
     ("trn-extension-no-id", "hyp.trn", "hello world\n", "trn", "does not end with '(id)'", 1),
     # AN4 transcriptions
     ("an4-no-id", "an4_test.transcription", "<s> YES </s> (an1-fash-b)\nNO\n", "an4", "no utterance id", 2),

@@ -32,6 +32,7 @@ def load_inputs(path: Path, fmt: str | None, ref: Path | None = None, nbest: int
     """The data sets of ``path`` (and what privasr folder it is, if one): lattices decoded to ``nbest`` strings,
     references from ``ref`` attached to the N-best sets."""
     from privasr.corpus.formats.slf_nbest import read_htk_nbest
+    from privasr.corpus.formats.trn import reading_markup
     from privasr.corpus.load import Dataset, load_path
     from privasr.corpus.privasr_folders import privasr_folder
     from privasr.corpus.references import attach_references, read_references
@@ -40,7 +41,8 @@ def load_inputs(path: Path, fmt: str | None, ref: Path | None = None, nbest: int
     if folder is not None:
         datasets = folder.load()
     else:
-        datasets = load_path(path, fmt)
+        with reading_markup():  # sclite's alternations are counted apart (privasr.metrics.summary)
+            datasets = load_path(path, fmt)
     if nbest is not None:
         if nbest < 1:
             raise InputError(f"--nbest {nbest}", expected="an integer >= 1")

@@ -46,16 +46,48 @@ _NORM_HELP = ("Normaliser applied to references and hypotheses before scoring: a
               "with optional overrides, e.g. 'wer,fillers=keep' (see privasr.text.normalize).")
 
 
-def normalized(transcripts: list[Transcript], spec: str) -> list[Transcript]:
-    """The transcripts with their words normalised by the ``spec`` normaliser (``none`` returns them as they are)."""
+_CONV_HELP = ("Transcript conventions: 'sclite' (sclite's: alternations '{ um / uh / @ }' and the null word '@' "
+              "are read, case is folded unless --case-sensitive) or 'plain' (every token is a word, compared exactly: "
+              "Kaldi compute-wer's and jiwer's). See docs/formats.md.")
+
+
+def conventions(name: str, case_sensitive: bool, optional_deletable: bool, fragments: bool) -> Any:
+    """The :class:`~privasr.metrics.sclite.Conventions` of the ``score`` options (``name``: sclite or plain)."""
+    from privasr.metrics.sclite import Conventions
+
+    if name == "plain":
+        if optional_deletable or fragments:
+            raise InputError("--optional-deletable and --fragments are sclite conventions",
+                             expected="--conventions sclite with them")
+        return Conventions(case_sensitive=True, markup=False)
+    if name != "sclite":
+        raise InputError(f"unknown conventions {name!r}", expected="sclite or plain")
+    return Conventions(case_sensitive=case_sensitive, optional_deletable=optional_deletable, fragments=fragments)
+
+
+def normalized(transcripts: list[Transcript], spec: str, conv: Any = None) -> list[Transcript]:
+    """The transcripts with their words normalised by the ``spec`` normaliser (``none`` returns them as they are).
+
+    Under sclite's conventions (``conv`` with ``markup``) the normaliser maps the words and leaves the markup
+    (:func:`privasr.metrics.sclite.map_words`).
+    """
     from dataclasses import replace
 
+    from privasr.metrics.sclite import map_words
     from privasr.text.normalize import Normalizer
 
     if spec == "none":
         return transcripts
     norm = Normalizer.from_spec(spec)
-    return [replace(t, words=norm(t.words), confidences=None, times=None, entities=()) for t in transcripts]
+    out = []
+    for t in transcripts:
+        try:
+            words = (map_words(t.words, norm, optional_deletable=conv.optional_deletable)
+                     if conv is not None and conv.markup else norm(t.words))
+        except InputError as e:
+            raise InputError(f"utterance {t.utt_id!r}: {e.message}", expected=e.expected) from None
+        out.append(replace(t, words=words, confidences=None, times=None, entities=()))
+    return out
 
 
 def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> list[Transcript]:
@@ -72,13 +104,16 @@ def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> lis
     """
     from privasr.corpus.load import FORMATS, load_nbest, load_path, no_utterances
 
+    from privasr.corpus.formats.trn import reading_markup
+
     fmt = _ALIASES.get(fmt, fmt)
     if fmt not in ("auto", "nbest") and fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}", expected=f"auto, trn, kaldi, nbest or one of {', '.join(FORMATS)}")
     if fmt == "nbest":
         records: list[Any] = load_nbest(path)
     else:
-        sets = load_path(path, None if fmt == "auto" else fmt, fallback="kaldi-text")
+        with reading_markup():  # sclite's markup: interpreted (or refused) by the scoring conventions
+            sets = load_path(path, None if fmt == "auto" else fmt, fallback="kaldi-text")
         if len(sets) != 1:
             raise InputError(f"holds {len(sets)} sets ({', '.join(d.name for d in sets[:4])})", path=path,
                              expected="one file or folder of transcripts or N-best lists")
@@ -96,21 +131,56 @@ def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> lis
     return [Transcript(nb.utt_id, nb.best.words) for nb in records]
 
 
+def _where(t: Transcript) -> str:
+    """An id as a person can compare it (``repr``: invisible characters show), with its line when known."""
+    return f"{t.utt_id!r}" + (f" (line {t.order})" if isinstance(t.order, int) else "")
+
+
 def match_ids(ref: list[Transcript], hyp: list[Transcript], ref_path: Path, hyp_path: Path) -> list[Transcript]:
-    """The hypotheses in reference order; :class:`InputError` (listing a few ids) if the id sets differ."""
+    """The hypotheses in reference order; :class:`InputError` (listing a few ids, with their lines) if the id sets
+    differ.
+
+    >>> r, h = [Transcript("utt1", ("a",), order=1)], [Transcript("utt2", ("a",), order=1)]
+    >>> match_ids(r, h, Path("ref.trn"), Path("hyp.trn"))
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: hyp.trn: utterance ids do not match the reference: 1 reference ids missing from it (e.g. 'utt1' (line 1)); 1 ids not in the reference ref.trn (e.g. 'utt2' (line 1)) (expected the same utterance ids as the reference)
+    """
     by_id = {t.utt_id: t for t in hyp}
     ref_ids = {t.utt_id for t in ref}
-    missing = [t.utt_id for t in ref if t.utt_id not in by_id]
-    extra = [t.utt_id for t in hyp if t.utt_id not in ref_ids]
+    missing = [t for t in ref if t.utt_id not in by_id]
+    extra = [t for t in hyp if t.utt_id not in ref_ids]
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"{len(missing)} reference ids missing from it (e.g. {', '.join(missing[:5])})")
+            parts.append(f"{len(missing)} reference ids missing from it (e.g. {', '.join(map(_where, missing[:5]))})")
         if extra:
-            parts.append(f"{len(extra)} ids not in the reference {ref_path} (e.g. {', '.join(extra[:5])})")
+            parts.append(f"{len(extra)} ids not in the reference {ref_path} (e.g. {', '.join(map(_where, extra[:5]))})")
         raise InputError("utterance ids do not match the reference: " + "; ".join(parts), path=hyp_path,
                          expected="the same utterance ids as the reference")
     return [by_id[t.utt_id] for t in ref]
+
+
+def _located(path: Path, transcripts: list[Transcript], e: InputError) -> InputError:
+    """A markup error of sentence ``k`` (``sentence k: ...``) located at its file, utterance and line."""
+    import re
+
+    m = re.match(r"sentence (\d+): (.*)", e.message)
+    if not m:
+        return e
+    t = transcripts[int(m.group(1)) - 1]
+    return InputError(f"utterance {t.utt_id!r}: {m.group(2)}", path=path,
+                      line=t.order if isinstance(t.order, int) else None, expected=e.expected)
+
+
+def by_speaker(ids: list[str], r: Any) -> dict[str, dict[str, Any]]:
+    """Per-speaker counts (sclite's ``-i spu_id`` speakers, in order of appearance) of a :class:`WerResult`."""
+    from privasr.corpus.formats.trn import spu_id
+
+    groups: dict[str, list[int]] = {}
+    for k, u in enumerate(ids):
+        groups.setdefault(spu_id(u), []).append(k)
+    return {spk: r.subset(ks).as_dict() for spk, ks in groups.items()}
 
 
 def _pct(x: float) -> str:
@@ -140,21 +210,35 @@ def wer_cmd(
     aligner: Annotated[str, typer.Option("--aligner", help="'sclite' (NIST sclite's weighted alignment: sub 4, "
                                          "ins 3, del 3; its Corr/Sub/Del/Ins) or 'jiwer' (plain Levenshtein).")] = "sclite",
     normalize: Annotated[str, typer.Option("--normalize", help=_NORM_HELP)] = "none",
+    conv_name: Annotated[str, typer.Option("--conventions", help=_CONV_HELP)] = "sclite",
+    case_sensitive: Annotated[bool, typer.Option("--case-sensitive", help="Compare words exactly (sclite -s); "
+                                                 "by default both sides are lower-cased, as sclite does.")] = False,
+    optional_deletable: Annotated[bool, typer.Option("--optional-deletable", help="A '(word)' may be left out or "
+                                                     "added at no error (sclite -D).")] = False,
+    fragments: Annotated[bool, typer.Option("--fragments", help="A fragment 'th-' or '-at' matches a word it begins "
+                                            "or ends (sclite -F).")] = False,
+    speakers: Annotated[bool, typer.Option("--by-speaker", help="Also print the counts per speaker (sclite's "
+                                           "-i spu_id speakers, as in its sum report).")] = False,
 ) -> None:
     """Word error rate of HYP against REF, utterances matched by id.
 
-    Prints sentences, reference words, correct/substituted/deleted/inserted words (counts and % of reference words), WER and sentence error rate, like sclite's summary. Both files must hold the same utterance ids.
+    Prints sentences, reference words, correct/substituted/deleted/inserted words (counts and % of reference words), WER and sentence error rate, like sclite's summary, under sclite's transcript conventions (alternations, '@', case folding; see --conventions). Both files must hold the same utterance ids.
     """
     from privasr.metrics.wer import wer
 
     if aligner not in ("sclite", "jiwer"):
         raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
+    conv = conventions(conv_name, case_sensitive, optional_deletable, fragments)
     _check_outputs(json_out=json_out)
-    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
-    hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize), ref, hyp)
-    r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner)  # type: ignore[arg-type]
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv)
+    hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize, conv), ref, hyp)
+    try:
+        r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner, conventions=conv)  # type: ignore[arg-type]
+    except InputError as e:
+        raise _located(ref, refs, e) from None
     n = r.ref_words
-    table = Table(title=f"WER of {hyp.name} against {ref.name} ({aligner} alignment)")
+    opts = conv.options() if conv.markup else "plain words"
+    table = Table(title=f"WER of {hyp.name} against {ref.name} ({aligner} alignment{', ' + opts if opts else ''})")
     table.add_column("measure")
     table.add_column("count", justify="right")
     table.add_column("% of ref words", justify="right")
@@ -171,10 +255,22 @@ def wer_cmd(
     table.add_row("WER", f"{r.errors:,}", _pct(r.wer), style="bold")
     table.add_row("sentence errors", f"{r.sentence_errors:,}", f"{_pct(r.ser)} of sentences")
     out_console.print(table)
+    per_spk = by_speaker([t.utt_id for t in refs], r) if speakers or json_out is not None else {}
+    if speakers:
+        st = Table(title="by speaker (sclite's -i spu_id)")
+        for col in ("speaker", "sentences", "words", "correct", "sub", "del", "ins", "WER", "sentence errors"):
+            st.add_column(col, justify="left" if col == "speaker" else "right")
+        for spk, d in per_spk.items():
+            st.add_row(spk, f"{d['sentences']:,}", f"{d['ref_words']:,}", f"{d['hits']:,}", f"{d['substitutions']:,}",
+                       f"{d['deletions']:,}", f"{d['insertions']:,}",
+                       "n/a" if d["wer"] is None else f"{100 * d['wer']:.2f}%", f"{d['sentence_errors']:,}")
+        out_console.print(st)
     if json_out is not None:
-        write_results(json_out.parent, filename=json_out.name, seed=None, metrics=r.as_dict(),
+        write_results(json_out.parent, filename=json_out.name, seed=None, metrics={**r.as_dict(), "speakers": per_spk},
                       config={"command": "score wer", "ref": str(ref), "hyp": str(hyp), "format": fmt,
-                              "aligner": aligner, "normalize": normalize},
+                              "aligner": aligner, "normalize": normalize, "conventions": conv_name,
+                              "case_sensitive": conv.case_sensitive, "optional_deletable": optional_deletable,
+                              "fragments": fragments},
                       data={"ref": ref, "hyp": hyp})
 
 
@@ -192,6 +288,12 @@ def compare_cmd(
     alpha: Annotated[float, typer.Option("--alpha", help="Significance level of the MAPSSWE decision.")] = 0.05,
     fmt: Annotated[str, typer.Option("--format", "-f", help=_FORMAT_HELP)] = "auto",
     normalize: Annotated[str, typer.Option("--normalize", help=_NORM_HELP)] = "none",
+    conv_name: Annotated[str, typer.Option("--conventions", help=_CONV_HELP)] = "sclite",
+    case_sensitive: Annotated[bool, typer.Option("--case-sensitive", help="Compare words exactly (sclite -s).")] = False,
+    optional_deletable: Annotated[bool, typer.Option("--optional-deletable", help="'(word)' may be left out or "
+                                                     "added at no error (sclite -D).")] = False,
+    fragments: Annotated[bool, typer.Option("--fragments", help="Fragments match the words they begin or end "
+                                            "(sclite -F).")] = False,
 ) -> None:
     """Compare systems A and B on the same utterances (matched by id).
 
@@ -199,9 +301,9 @@ def compare_cmd(
 
     Speakers for MAPSSWE's segment order are the id text before the first '-' or '_' (sclite's spu_id). With --out, writes DIR/results.json with the configuration, seed, version and all metrics.
     """
-    from privasr.metrics.align import align_many
     from privasr.metrics.bootstrap import bootstrap_wer_difference
     from privasr.metrics.mapsswe import mapsswe_from_alignments
+    from privasr.metrics.sclite import align_sclite, has_markup
     from privasr.metrics.wer import wer_from_alignments
 
     if resamples < 1:
@@ -212,15 +314,21 @@ def compare_cmd(
         raise InputError(f"--min-boundary is {min_boundary}", expected="an integer >= 1")
     if not 0 < alpha < 1:
         raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
+    conv = conventions(conv_name, case_sensitive, optional_deletable, fragments)
     _check_outputs(out_dir=out)
-    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize)
-    a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize), ref, hyp_a)
-    b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize), ref, hyp_b)
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv)
+    a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize, conv), ref, hyp_a)
+    b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize, conv), ref, hyp_b)
     rw = [t.words for t in refs]
-    ali_a = align_many(rw, [t.words for t in a])
-    ali_b = align_many(rw, [t.words for t in b])
+    try:
+        ali_a = align_sclite(rw, [t.words for t in a], conv)
+        ali_b = align_sclite(rw, [t.words for t in b], conv)
+    except InputError as e:
+        raise _located(ref, refs, e) from None
     wa, wb = wer_from_alignments(ali_a), wer_from_alignments(ali_b)
-    mp = mapsswe_from_alignments(ali_a, ali_b, [t.utt_id for t in refs], min_boundary=min_boundary, alpha=alpha)
+    branches = conv.markup and any(has_markup(w) for w in rw)  # each system may take another branch
+    mp = mapsswe_from_alignments(ali_a, ali_b, [t.utt_id for t in refs], min_boundary=min_boundary, alpha=alpha,
+                                 same_references=not branches)
     bs = bootstrap_wer_difference(wa, wb, resamples=resamples, confidence=confidence, seed=seed)
 
     verdict = {"A": f"A ({hyp_a.name}) is better", "B": f"B ({hyp_b.name}) is better",
@@ -244,6 +352,8 @@ def compare_cmd(
     out_console.print(table)
     if out is not None:
         config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite", "normalize": normalize,
+                  "conventions": conv_name, "case_sensitive": conv.case_sensitive,
+                  "optional_deletable": optional_deletable, "fragments": fragments,
                   "min_boundary": min_boundary, "alpha": alpha, "resamples": resamples, "confidence": confidence}
         metrics = {
             "utterances": len(refs),

@@ -46,7 +46,7 @@ from privasr.corpus.formats._common import (
     strip_compression,
 )
 from privasr.corpus.records import NBest, Transcript
-from privasr.corpus.textio import PathLike, iter_lines
+from privasr.corpus.textio import PathLike, iter_lines, split_words
 from privasr.errors import InputError
 
 __all__ = ["Dataset", "FormatSpec", "FORMATS", "FORMAT_KINDS", "load_path", "load_nbest", "detect_format",
@@ -113,7 +113,7 @@ def read_text_lines(path: PathLike) -> list[Transcript]:
     for name, where, numbered in sources:
         book = name[:-4] if name.endswith(".txt") else name
         for n, line in numbered:
-            words = tuple(line.split())
+            words = tuple(split_words(line))
             if not words or (n == 1 and line.startswith("[") and line.rstrip().endswith("]")):
                 continue
             try:

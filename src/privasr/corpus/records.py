@@ -27,6 +27,8 @@ Score names are free-form but these are conventional (natural log, larger is bet
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -87,8 +89,48 @@ def thaw_json(value: Any) -> Any:
     return value
 
 
+# Characters no word or id may hold: C0/C1 controls (NUL included), Unicode spaces and line separators other than
+# the ASCII ones readers split on, and the invisible zero-width space, word joiner, byte-order mark and Mongolian
+# vowel separator. Zero-width (non-)joiners and direction marks are left alone: scripts need them.
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\xa0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u2060"
+                        "\u3000\ufeff]")
+
+
+def describe_char(c: str) -> str:
+    """A character as a person can see it: code point and Unicode name.
+
+    >>> describe_char("\\xa0"), describe_char("\\x00")
+    ('U+00A0 NO-BREAK SPACE', 'U+0000 (a control character)')
+    """
+    name = unicodedata.name(c, "")
+    return f"U+{ord(c):04X} {name}" if name else f"U+{ord(c):04X} (a control character)"
+
+
+def invisible_problem(text: str) -> str | None:
+    """Why ``text`` (a word or an id) cannot be used as it is: the first invisible or control character in it and
+    where, shown with ``repr`` so that it can be seen; ``None`` if there is none.
+
+    >>> print(invisible_problem("utt\\u200b1"))
+    'utt\\u200b1' holds U+200B ZERO WIDTH SPACE at character 4
+    >>> invisible_problem("hello") is None
+    True
+    """
+    m = _INVISIBLE.search(text)
+    if m is None:
+        return None
+    return f"{text!r} holds {describe_char(m.group())} at character {m.start() + 1}"
+
+
+_INVISIBLE_HINT = ("visible characters only (sclite, Kaldi and KenLM do not split words on no-break or zero-width "
+                   "spaces, so they would silently score 'a b' and 'a\u00a0b' differently): replace the character "
+                   "with a space or remove it")
+
+
 def check_words(words: Any, what: str) -> tuple[str, ...]:
     """``words`` as a tuple of tokens: non-empty strings without whitespace, else :class:`InputError`.
+
+    A token holding an invisible or control character (a no-break or zero-width space, a byte-order mark, NUL...)
+    is refused too, with the character named (:func:`invisible_problem`).
 
     >>> check_words(["a", "b"], "reference")
     ('a', 'b')
@@ -96,6 +138,10 @@ def check_words(words: Any, what: str) -> tuple[str, ...]:
     Traceback (most recent call last):
     ...
     privasr.errors.InputError: reference must be a sequence of words, got a string (expected a list of tokens)
+    >>> check_words(["caf\\u00e9", "a\\u00a0b"], "reference")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: reference: the word 'a\\xa0b' holds U+00A0 NO-BREAK SPACE at character 2 (expected visible characters only (...
     """
     if isinstance(words, str):
         raise InputError(f"{what} must be a sequence of words, got a string", expected="a list of tokens")
@@ -106,11 +152,16 @@ def check_words(words: Any, what: str) -> tuple[str, ...]:
     # Fast path: strings whose single-space join splits back into exactly themselves are non-empty and
     # free of whitespace; only a failing sequence is searched for the bad token.
     try:
-        if " ".join(words).split() == list(words):
+        joined = " ".join(words)
+        if joined.split() == list(words) and (joined.isascii() and joined.isprintable() or not _INVISIBLE.search(joined)):
             return words
     except TypeError:
         pass
     for w in words:
+        if isinstance(w, str) and w and not (w.isascii() and w.isprintable()):
+            why = invisible_problem(w)
+            if why is not None:
+                raise InputError(f"{what}: the word {why}", expected=_INVISIBLE_HINT)
         if not isinstance(w, str) or not w or any(c.isspace() for c in w):
             raise InputError(f"{what} contains an invalid token {w!r}", expected="non-empty strings without spaces")
     return words  # pragma: no cover - the fast path accepts every valid sequence
@@ -186,6 +237,11 @@ def _check_id(x: Any, what: str, *, optional: bool = True) -> str | None:
         return None
     if not isinstance(x, str) or not x.strip():
         raise InputError(f"{what} is {x!r}", expected="a non-empty string")
+    if not (x.isascii() and x.isprintable()):
+        why = invisible_problem(x)
+        if why is not None:
+            raise InputError(f"{what} {why}", expected="visible characters only (an id with an invisible character "
+                                                        "prints like an id it differs from): remove the character")
     return x
 
 

@@ -224,8 +224,13 @@ def mapsswe_from_alignments(
     *,
     min_boundary: int = 2,
     alpha: float = 0.05,
+    same_references: bool = True,
 ) -> MapssweResult:
     """MAPSSWE from precomputed sclite-style alignments of both systems against the same references.
+
+    ``same_references=False`` lets the two alignments of a sentence hold different reference words: with
+    sclite's alternations (:mod:`privasr.metrics.sclite`) each system may take another branch, and sc_stats
+    segments the two paths all the same (a segment's reference words are the mean of both sides').
 
     >>> from privasr.metrics.align import align_many
     >>> A = align_many([["a", "b", "c"]], [["a", "x", "c"]])
@@ -250,7 +255,7 @@ def mapsswe_from_alignments(
     segs: list[Segment] = []
     for k in order:
         a, b = alignments_a[k], alignments_b[k]
-        if a.ref != b.ref:
+        if same_references and a.ref != b.ref:
             raise InputError(f"sentence {names[k]}: the two alignments have different references")
         oa, ob = a.ops, b.ops
         for b1, e1, b2, e2 in segment_sentence(oa, ob, min_boundary):

@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from privasr.corpus.records import Hypothesis, NBest, Transcript
+from privasr.errors import InputError
 from privasr.metrics.oracle import oracle_wer
+from privasr.metrics.sclite import Conventions, map_words, markup_counts
 from privasr.metrics.wer import wer
 from privasr.text.normalize import Normalizer
 
@@ -63,31 +65,57 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
     return out
 
 
+def _counts(words: Sequence[str]) -> tuple[int, int, int]:
+    """:func:`markup_counts`, or every token a word where braces do not form sclite markup (a Kaldi text's '}')."""
+    try:
+        return markup_counts(words)
+    except InputError:
+        return len(words), 0, 0
+
+
 def transcript_stats(
     transcripts: Sequence[Transcript],
     references: Mapping[str, Sequence[str]] | None = None,
     normalizer: Normalizer | None = None,
+    *,
+    sclite_markup: bool = False,
 ) -> dict[str, Any]:
     """Counts of a transcript set; ``wer_1best`` when ``references`` (utt_id -> words) are given.
 
     With references, the transcripts that have one are scored as 1-best output and ``words`` counts their
     reference words; transcripts without a reference are left out of the WER and counted in
     ``unmatched_references`` (scoring them against nothing would count every word as an insertion).
+
+    With ``sclite_markup`` (a trn file, sclite's format), transcripts written with sclite's markup count their plain
+    words in ``words`` and their alternations and optionally deletable words apart (``sclite_alternations``,
+    ``sclite_optional_words``); with markup, WER is scored under sclite's conventions, case kept.
+
+    >>> s = transcript_stats([Transcript("u", ("a", "{", "b", "/", "@", "}", "(c)"))], sclite_markup=True)
+    >>> s["words"], s["sclite_alternations"], s["sclite_optional_words"]
+    (1, 1, 1)
     """
     norm = normalizer or Normalizer.preset("none")
+    counts = [_counts(t.words) if sclite_markup else (len(t), 0, 0) for t in transcripts]
     out: dict[str, Any] = {
         "kind": "transcript",
         "utterances": len(transcripts),
         "clients": _ids([t.client for t in transcripts]),
         "speakers": _ids([t.speaker for t in transcripts]),
-        "words": sum(len(t) for t in transcripts),
+        "words": sum(c[0] for c in counts),
         "has_confidences": any(t.confidences is not None for t in transcripts),
         "entities": sum(len(t.entities) for t in transcripts),
         "references": references is not None,
     }
+    if any(c[1] or c[2] for c in counts):
+        out["sclite_alternations"] = sum(c[1] for c in counts)
+        out["sclite_optional_words"] = sum(c[2] for c in counts)
     if references is not None:
         scored = [t for t in transcripts if t.utt_id in references]
-        res = wer([norm(references[t.utt_id]) for t in scored], [norm(t.words) for t in scored])
+        R = [references[t.utt_id] for t in scored]
+        markup = sclite_markup and "sclite_alternations" in out
+        res = (wer([map_words(r, norm) for r in R], [map_words(t.words, norm) for t in scored], aligner="sclite",
+                   conventions=Conventions(case_sensitive=True)) if markup
+               else wer([norm(r) for r in R], [norm(t.words) for t in scored]))
         out["hyp_words"] = out["words"]
         out["words"] = res.ref_words
         out["wer_1best"] = res.wer
@@ -114,7 +142,7 @@ def dataset_stats(dataset: Any, normalizer: Normalizer | str | None = "auto") ->
     if dataset.kind == "nbest":
         s = nbest_stats(list(dataset.records), normalizer)
     else:
-        s = transcript_stats(list(dataset.records), dataset.references, normalizer)
+        s = transcript_stats(list(dataset.records), dataset.references, normalizer, sclite_markup=dataset.fmt == "trn")
     return {"name": dataset.name, "format": dataset.fmt, "normalizer": spec, **s}
 
 

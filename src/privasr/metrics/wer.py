@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jiwer
 import numpy as np
@@ -30,6 +30,9 @@ import numpy as np
 from privasr.corpus.records import check_words
 from privasr.errors import InputError
 from privasr.metrics.align import Alignment, align_many
+
+if TYPE_CHECKING:
+    from privasr.metrics.sclite import Conventions
 
 __all__ = ["WerResult", "wer", "wer_from_alignments", "wer_from_counts", "error_rate"]
 
@@ -192,6 +195,7 @@ def wer(
     *,
     return_alignments: bool = False,
     aligner: Aligner = "jiwer",
+    conventions: Conventions | None = None,
 ) -> WerResult:
     """Word error rate of hypotheses against references (one word sequence per utterance each).
 
@@ -200,9 +204,17 @@ def wer(
         hyps: hypothesis word sequences, one per reference, in the same order.
         return_alignments: also return jiwer ``AlignmentChunk`` lists per utterance.
         aligner: ``"jiwer"`` (Levenshtein, unit costs) or ``"sclite"`` (sclite's weighted alignment).
+        conventions: sclite's transcript conventions (:class:`privasr.metrics.sclite.Conventions`: alternations,
+            ``@``, optionally deletable words, fragments, case folding); ``None`` compares every token as an
+            exact word. With ``aligner="jiwer"`` only case folding applies, and markup is an error.
 
     Raises:
-        InputError: if the lists differ in length, or a token is empty, not a str, or contains whitespace.
+        InputError: if the lists differ in length, a token is empty, not a str, or contains whitespace, or the
+            markup is malformed (or used with the jiwer aligner).
+
+    >>> from privasr.metrics.sclite import SCLITE
+    >>> wer([["I've", "{", "um", "/", "@", "}", "won"]], [["i've", "won"]], aligner="sclite", conventions=SCLITE).wer
+    0.0
 
     >>> wer([["hello", "world"]], [["hello", "word", "again"]]).errors
     2
@@ -220,10 +232,24 @@ def wer(
         raise InputError(f"{len(refs)} references but {len(hyps)} hypotheses", expected="one hypothesis per reference")
     R = [check_words(r, f"reference {k}") for k, r in enumerate(refs)]
     H = [check_words(h, f"hypothesis {k}") for k, h in enumerate(hyps)]
+    if aligner not in ("jiwer", "sclite"):
+        raise InputError(f"unknown aligner {aligner!r}", expected="'jiwer' or 'sclite'")
+    if conventions is not None:
+        from privasr.metrics.sclite import align_sclite, has_markup
+
+        if aligner == "sclite":
+            return wer_from_alignments(align_sclite(R, H, conventions), return_alignments=return_alignments)
+        if conventions.markup:
+            for k, w in enumerate((*R, *H)):
+                if has_markup(w):
+                    side = "reference" if k < len(R) else "hypothesis"
+                    raise InputError(f"{side} {k % len(R) + 1} uses sclite's alternations or '@'",
+                                     expected="the sclite aligner for markup (the jiwer aligner compares words only)")
+        if not conventions.case_sensitive:
+            R = [tuple(w.lower() for w in r) for r in R]
+            H = [tuple(w.lower() for w in h) for h in H]
     if aligner == "sclite":
         return wer_from_alignments(align_many(R, H), return_alignments=return_alignments)
-    if aligner != "jiwer":
-        raise InputError(f"unknown aligner {aligner!r}", expected="'jiwer' or 'sclite'")
     n = len(R)
     hits = np.zeros(n, np.int64)
     subs = np.zeros(n, np.int64)

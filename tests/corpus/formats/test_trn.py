@@ -41,7 +41,7 @@ def test_roundtrip_gz(tmp_path):
     ("a b (u1)\na b (u1)\n", 2, "duplicate"),
     ("a b u1)\n", 1, "no '\\('"),
     ("a b ()\n", 1, "invalid utterance id"),
-    ("a (b) (u1)\n", 1, "parenthesis"),
+    ("a (b) (u1)\n", 1, "sclite markup"),
 ])
 def test_errors_are_located(tmp_path, text, line, what):
     p = write(tmp_path, text)

@@ -38,7 +38,7 @@ from privasr.corpus.formats._common import (
     to_float,
 )
 from privasr.corpus.records import Hypothesis, NBest
-from privasr.corpus.textio import PathLike
+from privasr.corpus.textio import PathLike, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_ami_tts", "iter_ami_tts", "looks_like_ami_tts", "REQUIRED_KEYS", "HYP_KEYS"]
@@ -65,7 +65,7 @@ def _hyp(h: Any, k: int) -> Hypothesis:
     words = h["words"]
     if not isinstance(words, str):
         raise InputError(f"{what} words is {type(words).__name__}", expected="a string of words")
-    toks = tuple(words.split())
+    toks = tuple(split_words(words))
     nw = h["n_words"]
     if isinstance(nw, bool) or not isinstance(nw, int) or nw != len(toks):
         raise InputError(f"{what} has n_words {nw!r} but {len(toks)} words", expected="n_words == len(words)")
@@ -106,7 +106,7 @@ def _record(obj: Any) -> NBest:
         client=meeting,
         speaker=f"{meeting}_{letter}",
         order=pos,
-        ref=tuple(ref.split()),
+        ref=tuple(split_words(ref)),
         meta=meta,
     )
 

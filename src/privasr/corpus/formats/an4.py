@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from privasr.corpus.records import Transcript
-from privasr.corpus.textio import PathLike, iter_lines
+from privasr.corpus.textio import PathLike, iter_lines, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_an4", "an4_speaker", "parse_an4_line", "AN4_ID"]
@@ -50,7 +50,7 @@ def parse_an4_line(line: str) -> tuple[tuple[str, ...], str]:
     utt = s[start + 1 : -1].strip()
     if not utt or any(c.isspace() or c in "()" for c in utt):
         raise InputError(f"invalid utterance id {utt[:40]!r}", expected="WORDS (utt_id)")
-    words = tuple(w for w in s[:start].split() if w not in ("<s>", "</s>"))
+    words = tuple(w for w in split_words(s[:start]) if w not in ("<s>", "</s>"))
     return words, utt
 
 

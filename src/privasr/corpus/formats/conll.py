@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from privasr.corpus.records import Span, Transcript
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_conll", "write_conll", "iob_spans", "DOCSTART"]
@@ -92,7 +92,7 @@ def read_conll(path: PathLike) -> list[Transcript]:
         cols.clear()
 
     for n, line in iter_lines(path):
-        f = line.split()
+        f = split_words(line)
         if not f:
             flush()
             continue

@@ -43,7 +43,7 @@ from privasr.corpus.formats._common import (
     natural_key,
 )
 from privasr.corpus.records import Transcript
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_ctm", "write_ctm", "iter_ctm_files", "parse_ctm_line", "ctm_utterances"]
@@ -82,7 +82,11 @@ def parse_ctm_line(line: str) -> tuple[str, str, float, float, str, float | None
     ...
     privasr.errors.InputError: duration 'x' is not a number (expected <recording> <channel> <start> <duration> <word> [<confidence>])
     """
-    f = line.split()
+    f = split_words(line)
+    if len(f) >= 5 and f[4] in ("<ALT_BEGIN>", "<ALT>", "<ALT_END>"):
+        raise InputError(f"sclite's CTM alternation tag {f[4]}: privasr reads alternations from trn files only",
+                         expected="one word per line; write a reference with alternations as trn "
+                                  "('i've { um / uh / @ } as far (id)'), which sclite reads too")
     if len(f) not in (5, 6):
         raise InputError(f"{len(f)} fields", expected=_EXPECTED)
     start = _num(f[2], "start time")

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from privasr.corpus.textio import PathLike, read_text
+from privasr.corpus.textio import PathLike, read_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["Lattice", "parse_htk_lattice", "read_htk_lattice", "best_path_scores", "is_filler"]
@@ -104,7 +104,7 @@ def _unquote(v: str) -> str:
 def _fields(line: str) -> dict[str, str]:
     if '"' not in line:  # the common case: whitespace-separated NAME=VALUE tokens
         out = {}
-        for tok in line.split():
+        for tok in split_words(line):
             name, eq, value = tok.partition("=")
             if not eq or not name.isalpha() or not value:
                 raise InputError(f"cannot parse {tok[:40]!r}", expected="NAME=VALUE fields")

@@ -44,7 +44,7 @@ from privasr.corpus.formats._common import (
     strip_compression,
 )
 from privasr.corpus.records import Hypothesis, NBest, thaw_json
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text, read_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, read_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_hyporadise", "write_hyporadise", "read_ids", "default_ids_path", "librispeech_fields"]
@@ -125,11 +125,11 @@ def _item(obj: Any, utt_id: str, k: int, ls: tuple[str, str, str] | None) -> NBe
         meta["chapter"] = chapter
     return NBest(
         utt_id,
-        tuple(Hypothesis(tuple(h.split())) for h in hyps),
+        tuple(Hypothesis(tuple(split_words(h))) for h in hyps),
         client=speaker,
         speaker=speaker,
         order=order if order is not None else k,
-        ref=tuple(ref.split()),
+        ref=tuple(split_words(ref)),
         meta=meta,
     )
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from privasr.corpus.records import Transcript
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_kaldi_text", "write_kaldi_text", "read_utt2spk", "UTT2SPK", "KALDI_DATA_FILES"]
@@ -47,7 +47,7 @@ def read_utt2spk(path: PathLike) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for n, line in iter_lines(path):
-        fields = line.split()
+        fields = split_words(line)
         if not fields:
             continue
         if len(fields) != 2:
@@ -72,7 +72,7 @@ def read_kaldi_text(path: PathLike) -> list[Transcript]:
     out: list[Transcript] = []
     seen: dict[str, int] = {}
     for n, line in iter_lines(path):
-        fields = line.split()
+        fields = split_words(line)
         if not fields:
             continue
         utt_id, words = fields[0], tuple(fields[1:])

@@ -48,7 +48,7 @@ from privasr.corpus.formats._common import (
     to_times,
 )
 from privasr.corpus.records import Hypothesis, NBest, Span, Transcript, thaw_json
-from privasr.corpus.textio import PathLike, open_write_text
+from privasr.corpus.textio import PathLike, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = [
@@ -78,7 +78,7 @@ TRANSCRIPT_KEYS = ("utt_id", "words", "confidences", "times", "client", "speaker
 def _words(x: Any, what: str) -> tuple[str, ...]:
     if not isinstance(x, str):
         raise InputError(f"{what} is {type(x).__name__}", expected="a string of space-separated words")
-    return tuple(x.split())
+    return tuple(split_words(x))
 
 
 def _opt_str(obj: dict[str, Any], key: str) -> str | None:

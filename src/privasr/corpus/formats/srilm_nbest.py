@@ -39,7 +39,7 @@ from privasr.corpus.formats._common import (
     strip_compression,
 )
 from privasr.corpus.records import Hypothesis, NBest
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["read_srilm_nbest", "read_srilm_file", "write_srilm_nbest", "BYTELOG_TO_LN", "LOG10_TO_LN",
@@ -127,7 +127,7 @@ def read_srilm_file(path: PathLike, utt_id: str | None = None) -> NBest:
     hyps: list[Hypothesis] = []
     first = True
     for n, line in iter_lines(p):
-        f = line.split()
+        f = split_words(line)
         if not f:
             continue
         if first and f[0] in _MAGIC:
@@ -179,7 +179,7 @@ def srilm_nbest_format(path: PathLike) -> int | None:
     privasr.errors.InputError: ...x:1: LM score is nan (expected a finite number or -inf)
     """
     for _, line in iter_lines(path):
-        f = line.split()
+        f = split_words(line)
         if not f:
             continue
         if f[0] in _MAGIC:

@@ -4,6 +4,13 @@ The utterance id is the text inside the **final** pair of parentheses, which mus
 whitespace is ignored); everything before the ``(`` is the word sequence, split on whitespace. An empty
 hypothesis is the line `` (id)``. Blank lines and lines starting with ``;;`` (sclite comments) are skipped.
 
+sclite's markup (its documentation of the trn format): alternations ``{ um / uh / @ }``, the null word ``@`` and
+optionally deletable words ``(um)`` are read only where privasr scores or counts transcripts as sclite does
+(``privasr score``, ``privasr data inspect``), inside :func:`reading_markup`; there the tokens are kept as written
+(:mod:`privasr.metrics.sclite` interprets them) and malformed alternations are refused at their line. Everywhere
+else (training text, rescoring references, conversions) a line with markup is an error naming the line: its
+words are not plain words.
+
 Speakers follow sclite's ``-i spu_id`` convention: the speaker is the text of the id before the first
 ``-`` or ``_`` (:func:`spu_id`), e.g. ``(1688-1688-142285-0000)`` -> ``1688``. An id without either
 character (or starting with one) is its own speaker. Each transcript's ``order`` is its line number.
@@ -21,15 +28,63 @@ hello world (spk1-u1)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from privasr.corpus.records import Transcript
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
-__all__ = ["read_trn", "write_trn", "parse_trn_line", "spu_id", "looks_like_trn"]
+__all__ = ["read_trn", "write_trn", "parse_trn_line", "spu_id", "looks_like_trn", "reading_markup", "markup_tokens"]
 
 _SPK_SPLIT = re.compile(r"[-_]")
+_MARKUP = ContextVar("privasr_trn_markup", default=False)
+
+
+@contextmanager
+def reading_markup() -> Iterator[None]:
+    """Within this block, trn (and CTM) readers keep sclite's markup tokens instead of refusing them.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "ref.trn"
+    >>> _ = p.write_text("i've { um / @ } (so) far (s1-1)\\n")
+    >>> with reading_markup():
+    ...     print(read_trn(p)[0].words)
+    ("i've", '{', 'um', '/', '@', '}', '(so)', 'far')
+    >>> read_trn(p)
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: ...ref.trn:1: sclite markup '{', '@', '}', '(so)': its words are not plain words; only privasr score and privasr data inspect read it (expected plain words here, or score the file with privasr score)
+    """
+    token = _MARKUP.set(True)
+    try:
+        yield
+    finally:
+        _MARKUP.reset(token)
+
+
+def markup_tokens(words: Iterable[str]) -> list[str]:
+    """The tokens of ``words`` that are sclite markup: alternation braces, ``@`` and optionally deletable ``(word)``.
+
+    >>> markup_tokens(["a", "{", "b", "/", "@", "}", "(c)", "and/or"])
+    ['{', '@', '}', '(c)']
+    """
+    return [w for w in words if "{" in w or "}" in w or w == "@" or (len(w) >= 2 and w[0] == "(" and w[-1] == ")")]
+
+
+def _check_markup(words: tuple[str, ...]) -> None:
+    """Markup is well formed (inside :func:`reading_markup`) or absent (outside it)."""
+    found = markup_tokens(words)
+    if not found and not any("(" in w or ")" in w for w in words):
+        return
+    if not _MARKUP.get():
+        shown = ", ".join(repr(w) for w in dict.fromkeys(found or [w for w in words if "(" in w or ")" in w]))
+        raise InputError(f"sclite markup {shown[:80]}: its words are not plain words; only privasr score and "
+                         "privasr data inspect read it", expected="plain words here, or score the file with privasr score")
+    from privasr.metrics.sclite import check_markup
+
+    check_markup(words)
 
 
 def spu_id(utt_id: str) -> str:
@@ -62,11 +117,8 @@ def parse_trn_line(line: str) -> tuple[tuple[str, ...], str]:
     if not utt_id.strip() or any(c.isspace() or c in "()" for c in utt_id):
         raise InputError(f"invalid utterance id {utt_id!r}",
                          expected="a non-empty id without spaces or parentheses inside '( )'")
-    words = tuple(s[:start].split())
-    for w in words:
-        if "(" in w or ")" in w:
-            raise InputError(f"word {w!r} contains a parenthesis",
-                             expected="words without parentheses (sclite's optionally deletable words are not supported)")
+    words = tuple(split_words(s[:start]))
+    _check_markup(words)
     return words, utt_id
 
 

@@ -1,0 +1,485 @@
+"""sclite's transcript conventions: alternations, the null word ``@``, optionally deletable words, fragments, case.
+
+NIST sclite (SCTK 2.4.10: ``net_adt.c`` builds, ``net_dp.c`` aligns, ``word.c`` costs) reads every reference
+and hypothesis as a *network* of words, not a sequence:
+
+* **Alternations** ``{ um / uh / @ }`` (nested freely, alternatives of any length) are branches; the alignment
+  takes the branch that costs least. ``@`` is the **null word**: inserting or deleting it costs 0.001 and it
+  is never counted, so ``i've { um / uh / @ } as far`` scores a hypothesis with or without a filler as correct
+  and counts only the words of the branch it took. An alternation in a hypothesis is read the same way.
+* **Optionally deletable words** ``(um)``: with sclite's ``-D`` (:attr:`Conventions.optional_deletable`) a
+  deleted or inserted ``(um)`` costs 2 and is scored *correct*, and ``(um)`` matches ``um``; without ``-D`` it
+  is the literal word ``(um)``.
+* **Fragments** ``th-`` and ``-at``: with ``-F`` (:attr:`Conventions.fragments`) a fragment matches any word it
+  begins (or ends) and is scored correct.
+* **Case**: sclite folds case unless ``-s`` (:attr:`Conventions.case_sensitive`).
+
+Costs are sclite's: correct 0, ``@`` inserted or deleted 0.001, ``@`` for ``@`` 1, an optionally deletable word
+inserted or deleted 2, insertion or deletion 3, substitution 4, summed in single precision as sclite does, with
+its tie-breaking (:mod:`privasr.metrics.align` describes it for plain sentences, which align through that
+module's batched DP: without markup the two give the same alignment). The path keeps sclite's conventions:
+``@`` never appears in it, and an optionally deletable word that was skipped is a correct word aligned with the
+empty string ``""``.
+
+What privasr refuses (sclite accepts and does something surprising): an unclosed ``{``, a ``}`` or ``/`` that
+closes nothing, an empty alternative (``{ / a }``: sclite silently drops it, use ``@``), ``{`` glued to a word
+(``c{a / b}``), and ``()``.
+
+>>> a = align_sclite([["i've", "{", "um", "/", "uh", "/", "@", "}", "as", "far"]], [["i've", "as", "far"]])[0]
+>>> a.ref, a.hyp, a.ops
+(("i've", 'as', 'far'), ("i've", 'as', 'far'), 'CCC')
+>>> a = align_sclite([["I've", "(um)", "as"]], [["i've", "as"]], Conventions(optional_deletable=True))[0]
+>>> a.ref, a.hyp, a.ops
+(("i've", '(um)', 'as'), ("i've", '', 'as'), 'CCC')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from privasr.errors import InputError
+from privasr.metrics.align import Alignment, align_many
+
+__all__ = ["Conventions", "SCLITE", "align_sclite", "has_markup", "parse_markup", "check_markup", "map_words",
+           "markup_counts"]
+
+NULL_WORD = "@"
+
+
+@dataclass(frozen=True, slots=True)
+class Conventions:
+    """How sclite is told to read transcripts (its options of the same meaning in brackets).
+
+    Attributes:
+        case_sensitive: compare words exactly (``-s``); by default both sides are lower-cased first.
+        optional_deletable: ``(word)`` may be deleted or inserted at no error (``-D``); otherwise it is a word.
+        fragments: ``th-`` / ``-at`` match any word they begin / end (``-F``).
+        markup: read alternations ``{ a / b }`` and ``@``; ``False`` makes every token a plain word (the
+            convention of Kaldi's ``compute-wer`` and jiwer).
+    """
+
+    case_sensitive: bool = False
+    optional_deletable: bool = False
+    fragments: bool = False
+    markup: bool = True
+
+    def options(self) -> str:
+        """The sclite options these conventions correspond to (for reports and tests).
+
+        >>> Conventions(optional_deletable=True).options(), Conventions(case_sensitive=True).options()
+        ('-D', '-s')
+        """
+        return " ".join(o for o, on in (("-s", self.case_sensitive), ("-D", self.optional_deletable),
+                                        ("-F", self.fragments)) if on)
+
+
+SCLITE = Conventions()
+"""sclite's defaults: case folded, alternations read, ``(word)`` and fragments literal."""
+
+
+def has_markup(words: Sequence[str]) -> bool:
+    """Whether a token sequence uses sclite's alternation syntax (``{``, ``}``) or its null word ``@``.
+
+    >>> has_markup(["a", "{", "b", "/", "@", "}"]), has_markup(["a", "and/or"]), has_markup(["@"])
+    (True, False, True)
+    """
+    return any("{" in w or "}" in w or w == NULL_WORD for w in words)
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+# A parsed transcript: words and alternations; an alternation is a tuple of alternatives, each a tuple of items.
+Item = str | tuple[tuple["Item", ...], ...]
+
+
+def parse_markup(words: Sequence[str]) -> tuple[Item, ...]:
+    """The items of a transcript written with sclite's alternations (``ALTERNATE :== "{" TEXT ("/" TEXT)+ "}"``).
+
+    Braces and slashes may be written apart or glued (``{um/uh/@}``); ``/`` outside braces is part of a word, as
+    in sclite. Raises :class:`InputError` for the forms sclite would misread (see the module docstring).
+
+    >>> parse_markup(["a", "{", "b", "c", "/", "@", "}", "d"])
+    ('a', (('b', 'c'), ('@',)), 'd')
+    >>> parse_markup("x {um/uh/@} y".split())
+    ('x', (('um',), ('uh',), ('@',)), 'y')
+    >>> parse_markup(["{", "a", "/", "}"])
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: empty alternative in '{ a / }' (expected words or '@' between '/' separators; sclite would silently drop the empty alternative)
+    """
+    text = " ".join(words)
+    pos = 0
+    n = len(text)
+
+    def snippet(start: int, end: int) -> str:
+        s = text[start:end]
+        return s if len(s) <= 60 else s[:57] + "..."
+
+    def seq(depth: int, start: int) -> tuple[list[Item], str]:
+        """Items up to a '/' or '}' (inside braces) or the end; returns them and the stop character."""
+        nonlocal pos
+        items: list[Item] = []
+        while pos < n:
+            c = text[pos]
+            if c == " ":
+                pos += 1
+            elif c == "{":
+                if pos > 0 and text[pos - 1] != " " and depth == 0:
+                    raise InputError(f"'{{' glued to a word in {snippet(max(0, pos - 20), pos + 20)!r}",
+                                     expected="a space before '{' (sclite misreads 'word{...}')")
+                open_at = pos
+                pos += 1
+                alts: list[tuple[Item, ...]] = []
+                while True:
+                    alt, stop = seq(depth + 1, open_at)
+                    if not alt:
+                        raise InputError(f"empty alternative in {snippet(open_at, _close(text, open_at))!r}",
+                                         expected="words or '@' between '/' separators; sclite would silently "
+                                                  "drop the empty alternative")
+                    alts.append(tuple(alt))
+                    if stop == "}":
+                        break
+                if len(alts) > 1:
+                    items.append(tuple(alts))
+                else:  # '{ a b }' is its words, as in sclite
+                    items.extend(alts[0])
+            elif c == "}" or (c == "/" and depth > 0):
+                if depth == 0:
+                    raise InputError(f"'}}' closes no '{{' in {snippet(max(0, pos - 30), pos + 10)!r}",
+                                     expected="balanced '{ ... / ... }' alternations")
+                pos += 1
+                return items, c
+            else:
+                end = pos
+                while end < n and text[end] not in " {}" and not (depth > 0 and text[end] == "/"):
+                    end += 1
+                if end < n and text[end] == "{":
+                    raise InputError(f"'{{' glued to a word in {snippet(pos, end + 20)!r}",
+                                     expected="a space before '{' (sclite misreads 'word{...}')")
+                word = text[pos:end]
+                if word == "()":
+                    raise InputError("the token '()'", expected="'(word)' with a word inside the parentheses")
+                items.append(word)
+                pos = end
+        if depth > 0:
+            raise InputError(f"'{{' is never closed in {snippet(start, n)!r}", expected="a '}' for every '{'")
+        return items, ""
+
+    out, _ = seq(0, 0)
+    return tuple(out)
+
+
+def _close(text: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(text)):
+        depth += text[k] == "{"
+        depth -= text[k] == "}"
+        if depth == 0:
+            return k + 1
+    return len(text)
+
+
+def check_markup(words: Sequence[str]) -> None:
+    """Raise :class:`InputError` if a token sequence's alternations are malformed (see :func:`parse_markup`)."""
+    if any("{" in w or "}" in w or w == "()" for w in words):
+        parse_markup(words)
+
+
+def _tokens(items: Sequence[Item]) -> list[str]:
+    out: list[str] = []
+    for it in items:
+        if isinstance(it, str):
+            out.append(it)
+        else:
+            out.append("{")
+            for k, alt in enumerate(it):
+                if k:
+                    out.append("/")
+                out.extend(_tokens(alt))
+            out.append("}")
+    return out
+
+
+def map_words(words: Sequence[str], fn: Callable[[Sequence[str]], Sequence[str]], *,
+              optional_deletable: bool = False) -> tuple[str, ...]:
+    """Apply a word-sequence function (a text normaliser) to the words of a transcript, not to its markup.
+
+    Each run of words between markup tokens is mapped as one sequence; an alternative left without words becomes
+    ``@``; with ``optional_deletable`` the inside of ``(word)`` is mapped and keeps its parentheses (dropped when
+    the function drops the word). Braces and slashes come out as separate tokens.
+
+    >>> map_words(["Uh", "{UM/Hmm}", "(Yes)", "OK"], lambda ws: [w.lower() for w in ws if w != "Hmm"])
+    ('uh', '{', 'um', '/', '@', '}', '(yes)', 'ok')
+    >>> map_words(["(Yes)"], lambda ws: [w.lower() for w in ws], optional_deletable=True)
+    ('(yes)',)
+    """
+    def run(items: Sequence[Item]) -> list[Item]:
+        out: list[Item] = []
+        plain: list[str] = []
+
+        def flush() -> None:
+            out.extend(fn(plain) if plain else ())
+            plain.clear()
+
+        for it in items:
+            if isinstance(it, str) and it != NULL_WORD and not (optional_deletable and _is_opt(it)):
+                plain.append(it)
+                continue
+            flush()
+            if isinstance(it, str):
+                if it == NULL_WORD:
+                    out.append(it)
+                else:
+                    inner = list(fn([it[1:-1]]))
+                    if len(inner) == 1:
+                        out.append(f"({inner[0]})")
+                    else:  # dropped, or split into several words (no longer one optional word)
+                        out.extend(inner)
+            else:
+                out.append(tuple(tuple(run(alt)) or (NULL_WORD,) for alt in it))
+        flush()
+        return out
+
+    return tuple(_tokens(run(parse_markup(words))))
+
+
+def _is_opt(w: str) -> bool:
+    return len(w) >= 3 and w[0] == "(" and w[-1] == ")"
+
+
+def markup_counts(words: Sequence[str]) -> tuple[int, int, int]:
+    """``(plain words, alternations, optionally deletable words)`` of a transcript: words outside alternations that
+    are not ``@`` or ``(word)``, alternation groups (outermost), ``(word)`` tokens outside alternations.
+
+    >>> markup_counts(["a", "{", "b", "/", "@", "}", "(c)", "@", "d"])
+    (2, 1, 1)
+    """
+    if not any("{" in w or "}" in w or w == NULL_WORD or _is_opt(w) for w in words):
+        return len(words), 0, 0
+    items = parse_markup(words)
+    alts = sum(1 for it in items if not isinstance(it, str))
+    opt = sum(1 for it in items if isinstance(it, str) and _is_opt(it))
+    plain = sum(1 for it in items if isinstance(it, str) and it != NULL_WORD and not _is_opt(it))
+    return plain, alts, opt
+
+
+# ------------------------------------------------------------------------------------------------ networks
+
+
+@dataclass(frozen=True, slots=True)
+class _Word:
+    value: str        # as written (after case folding)
+    intern: bytes     # what it is compared by: without the parentheses of an optionally deletable word
+    opt_del: bool
+    frag: bool
+    null: bool
+
+
+def _word(value: str, conv: Conventions) -> _Word:
+    opt = conv.optional_deletable and len(value) >= 2 and value[0] == "(" and value[-1] == ")"
+    intern = value[1:-1] if opt else value
+    v = value.encode("utf-8")
+    frag = conv.fragments and (v.endswith(b"-") or v.startswith(b"-") or (opt and len(v) >= 2 and v[-2:-1] == b"-"))
+    return _Word(value, intern.encode("utf-8"), opt, frag, value == NULL_WORD)
+
+
+class _Net:
+    """A word network in sclite's layout: arc 0 is the null head; ``pred[a]`` the arcs ending where arc ``a``
+    starts (in sclite's in-arc order), ``final`` the arcs that end the network."""
+
+    __slots__ = ("words", "pred", "final")
+
+    def __init__(self, items: Sequence[Item], conv: Conventions) -> None:
+        self.words: list[_Word | None] = [None]
+        self.pred: list[list[int]] = [[]]
+        ends = self._seq(items, [0], conv)
+        self.final = ends
+
+    def _seq(self, items: Sequence[Item], into: list[int], conv: Conventions) -> list[int]:
+        """Add ``items`` after the arcs ``into``; return the arcs they end with."""
+        cur = into
+        for it in items:
+            if isinstance(it, str):
+                self.words.append(_word(it, conv))
+                self.pred.append(list(cur))
+                cur = [len(self.words) - 1]
+            else:
+                ends: list[int] = []
+                for alt in it:
+                    ends.extend(self._seq(alt, cur, conv))
+                cur = ends
+        return cur
+
+
+def _equal(w1: _Word, w2: _Word) -> bool:
+    """sclite's ``equal_WORD2``: byte comparison of the internal values, fragments matching prefixes/suffixes."""
+    it1, it2 = w1.intern, w2.intern
+    if w1.frag or w2.frag:
+        l1, l2 = len(it1), len(it2)
+        if l1 > 1 and it1[:1] == b"-":
+            return l2 >= l1 - 1 and it1[1:] == it2[l2 - (l1 - 1):]
+        if l1 > 1 and it1[-1:] == b"-":
+            return it1[:l1 - 1] == it2[:l1 - 1]
+        if l2 > 1 and it2[:1] == b"-":
+            return l1 >= l2 - 1 and it1[l1 - (l2 - 1):] == it2[1:]
+        if l2 > 1 and it2[-1:] == b"-":
+            return it1[:l2 - 1] == it2[:l2 - 1]
+    return it1 == it2
+
+
+_F = np.float32
+_C_NULL, _C_ONE, _C_OPT, _C_INSDEL, _C_SUB, _C_ZERO = _F(0.001), _F(1.0), _F(2.0), _F(3.0), _F(4.0), _F(0.0)
+_BIG = _F(999999999.9)
+
+
+def _cost(w1: _Word | None, w2: _Word | None) -> np.float32:
+    """sclite's ``wwd_WORD``."""
+    if w2 is None and w1 is not None and w1.null:
+        return _C_NULL
+    if w1 is None and w2 is not None and w2.null:
+        return _C_NULL
+    if (w1 is None and w2 is not None and w2.opt_del) or (w2 is None and w1 is not None and w1.opt_del):
+        return _C_OPT
+    if w1 is None or w2 is None:
+        return _C_INSDEL
+    if w1.null and w2.null:
+        return _C_ONE
+    return _C_ZERO if _equal(w1, w2) else _C_SUB
+
+
+def _align_nets(ra: _Net, hb: _Net) -> Alignment:
+    """sclite's ``Network_dpalign`` and ``extract_NET_ALIGN_result`` (nulls left out of the path)."""
+    na, nb = len(ra.words), len(hb.words)
+    cost = [[_BIG] * nb for _ in range(na)]
+    back = [[(-1, -1)] * nb for _ in range(na)]
+    cost[0][0] = _C_ZERO
+    wa, wb, pa, pb = ra.words, hb.words, ra.pred, hb.pred
+    for b in range(1, nb):
+        m, mi = _BIG, -1
+        for q in pb[b]:
+            if cost[0][q] < m:
+                m, mi = cost[0][q], q
+        cost[0][b] = _F(m + _cost(None, wb[b]))
+        back[0][b] = (0, mi)
+    for a in range(1, na):
+        m, mi = _BIG, -1
+        for p in pa[a]:
+            if cost[p][0] < m:
+                m, mi = cost[p][0], p
+        cost[a][0] = _F(m + _cost(wa[a], None))
+        back[a][0] = (mi, 0)
+    for a in range(1, na):
+        row = cost[a]
+        for b in range(1, nb):
+            ins, ib = _BIG, -1
+            for q in pb[b]:
+                if row[q] < ins:
+                    ins, ib = row[q], q
+            dele, da = _BIG, -1
+            for p in pa[a]:
+                if cost[p][b] < dele:
+                    dele, da = cost[p][b], p
+            sub, sa, sb = _BIG, -1, -1
+            for p in pa[a]:
+                cp = cost[p]
+                for q in pb[b]:
+                    if cp[q] < sub:
+                        sub, sa, sb = cp[q], p, q
+            sub = _F(sub + _cost(wa[a], wb[b]))
+            dele = _F(dele + _cost(wa[a], None))
+            ins = _F(ins + _cost(None, wb[b]))
+            if sub <= dele and sub <= ins:
+                row[b], back[a][b] = sub, (sa, sb)
+            elif dele < ins:
+                row[b], back[a][b] = dele, (da, b)
+            else:
+                row[b], back[a][b] = ins, (a, ib)
+    best, a, b = _F(999999.9), -1, -1
+    for p in ra.final:
+        for q in hb.final:
+            if best > cost[p][q]:
+                best, a, b = cost[p][q], p, q
+    ref: list[str] = []
+    hyp: list[str] = []
+    ops: list[str] = []
+    while a > 0 or b > 0:
+        la, lb = back[a][b]
+        x, y = wa[a], wb[b]
+        if a == la:  # insertion of hypothesis word b
+            assert y is not None
+            if not y.null:
+                if y.opt_del:  # an optionally deletable hypothesis word: correct, against nothing
+                    ref.append("")
+                hyp.append(y.value)
+                ops.append("C" if y.opt_del else "I")
+        elif b == lb:  # deletion of reference word a
+            assert x is not None
+            if not x.null:
+                ref.append(x.value)
+                if x.opt_del:
+                    hyp.append("")
+                ops.append("C" if x.opt_del else "D")
+        else:
+            assert x is not None and y is not None
+            if not (x.null and y.null):
+                ref.append(x.value)
+                hyp.append(y.value)
+                ops.append("C" if _equal(x, y) else "S")
+        a, b = la, lb
+    return Alignment(tuple(reversed(ref)), tuple(reversed(hyp)), "".join(reversed(ops)))
+
+
+def _needs_network(words: Sequence[str], conv: Conventions) -> bool:
+    if conv.markup and has_markup(words):
+        return True
+    if conv.optional_deletable and any(len(w) >= 2 and w[0] == "(" and w[-1] == ")" for w in words):
+        return True
+    return conv.fragments and any(len(w) > 1 and (w[0] == "-" or w[-1] == "-") for w in words)
+
+
+def _fold(words: Sequence[str]) -> list[str]:
+    return [w.lower() for w in words]
+
+
+def align_sclite(refs: Sequence[Sequence[str]], hyps: Sequence[Sequence[str]],
+                 conventions: Conventions = SCLITE) -> list[Alignment]:
+    """Align each reference with its hypothesis as sclite does under ``conventions``.
+
+    Sentences without markup go through :func:`privasr.metrics.align.align_many` (batched); the others through
+    sclite's network alignment. The alignments hold the words as compared (lower-cased unless
+    ``case_sensitive``) and never ``@``.
+
+    Args:
+        refs, hyps: token sequences as written (markup tokens included), one hypothesis per reference.
+        conventions: sclite's options (:class:`Conventions`).
+
+    Raises:
+        InputError: lists of different lengths, or malformed markup (the message names the sentence).
+
+    >>> [a.ops for a in align_sclite([["a", "{", "b", "/", "@", "}"], ["X"]], [["a", "c"], ["x"]])]
+    ['CI', 'C']
+    """
+    if len(refs) != len(hyps):
+        raise InputError(f"{len(refs)} references but {len(hyps)} hypotheses", expected="one hypothesis per reference")
+    conv = conventions
+    R = [list(r) if conv.case_sensitive else _fold(r) for r in refs]
+    H = [list(h) if conv.case_sensitive else _fold(h) for h in hyps]
+    out: list[Alignment | None] = [None] * len(R)
+    plain = []
+    for k, (r, h) in enumerate(zip(R, H, strict=True)):
+        if _needs_network(r, conv) or _needs_network(h, conv):
+            try:
+                ri = parse_markup(r) if conv.markup else tuple(r)
+                hi = parse_markup(h) if conv.markup else tuple(h)
+            except InputError as e:
+                raise InputError(f"sentence {k + 1}: {e.message}", expected=e.expected) from None
+            out[k] = _align_nets(_Net(ri, conv), _Net(hi, conv))
+        else:
+            plain.append(k)
+    if plain:
+        for k, a in zip(plain, align_many([R[k] for k in plain], [H[k] for k in plain]), strict=True):
+            out[k] = a
+    return out  # type: ignore[return-value]
