@@ -102,9 +102,8 @@ def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> lis
     >>> [(t.utt_id, t.words) for t in read_transcripts(p)], [t.words for t in read_transcripts(p, role="ref")]
     ([('u1', ('a', 'c'))], [('a', 'b')])
     """
-    from privasr.corpus.load import FORMATS, load_nbest, load_path, no_utterances
-
     from privasr.corpus.formats.trn import reading_markup
+    from privasr.corpus.load import FORMATS, load_nbest, load_path, no_utterances
 
     fmt = _ALIASES.get(fmt, fmt)
     if fmt not in ("auto", "nbest") and fmt not in FORMATS:
