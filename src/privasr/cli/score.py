@@ -172,13 +172,16 @@ def _located(path: Path, transcripts: list[Transcript], e: InputError) -> InputE
                       line=t.order if isinstance(t.order, int) else None, expected=e.expected)
 
 
-def by_speaker(ids: list[str], r: Any) -> dict[str, dict[str, Any]]:
-    """Per-speaker counts (sclite's ``-i spu_id`` speakers, in order of appearance) of a :class:`WerResult`."""
+def by_speaker(ids: list[str], r: Any, *, fold_case: bool = False) -> dict[str, dict[str, Any]]:
+    """Per-speaker counts (sclite's ``-i spu_id`` speakers, in order of appearance) of a :class:`WerResult`.
+
+    ``fold_case``: speakers are lower-cased, as sclite does when it folds case (it folds the whole line, ids too).
+    """
     from privasr.corpus.formats.trn import spu_id
 
     groups: dict[str, list[int]] = {}
     for k, u in enumerate(ids):
-        groups.setdefault(spu_id(u), []).append(k)
+        groups.setdefault(spu_id(u.lower() if fold_case else u), []).append(k)
     return {spk: r.subset(ks).as_dict() for spk, ks in groups.items()}
 
 
@@ -254,7 +257,8 @@ def wer_cmd(
     table.add_row("WER", f"{r.errors:,}", _pct(r.wer), style="bold")
     table.add_row("sentence errors", f"{r.sentence_errors:,}", f"{_pct(r.ser)} of sentences")
     out_console.print(table)
-    per_spk = by_speaker([t.utt_id for t in refs], r) if speakers or json_out is not None else {}
+    per_spk = (by_speaker([t.utt_id for t in refs], r, fold_case=conv.markup and not conv.case_sensitive)
+               if speakers or json_out is not None else {})
     if speakers:
         st = Table(title="by speaker (sclite's -i spu_id)")
         for col in ("speaker", "sentences", "words", "correct", "sub", "del", "ins", "WER", "sentence errors"):
@@ -328,7 +332,8 @@ def compare_cmd(
     branches = conv.markup and any(has_markup(w) for w in rw)  # each system may take another branch
     mp = mapsswe_from_alignments(ali_a, ali_b, [t.utt_id for t in refs], min_boundary=min_boundary, alpha=alpha,
                                  same_references=not branches)
-    bs = bootstrap_wer_difference(wa, wb, resamples=resamples, confidence=confidence, seed=seed)
+    bs = bootstrap_wer_difference(wa, wb, resamples=resamples, confidence=confidence, seed=seed,
+                                  same_references=not branches)
 
     verdict = {"A": f"A ({hyp_a.name}) is better", "B": f"B ({hyp_b.name}) is better",
                "same": "no significant difference"}[mp.better]

@@ -319,7 +319,7 @@ def _detect_text(p: Path, strict: bool) -> str | None:
     if not head:
         return None
     first = head[0].strip()
-    if first.startswith("{"):
+    if first.startswith("{") and not first.endswith(")"):  # '{ um / @ } words (id)' is trn
         try:
             return _json_kind(loads_json(first))
         except InputError:
@@ -401,7 +401,7 @@ def _shapes(line: str) -> set[str]:
     s = line.strip()
     f = s.split()
     out: set[str] = set()
-    if s.startswith("{"):
+    if s.startswith("{") and not s.endswith(")"):  # '{ um / @ } words (id)': a trn line opening with an alternation
         out.add(_json_guess(s))
         return out
     if s.startswith("["):

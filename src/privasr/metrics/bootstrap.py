@@ -75,12 +75,15 @@ def paired_bootstrap(
     resamples: int = 1000,
     confidence: float = 0.95,
     seed: int | None = 0,
+    ref_words_b: Sequence[int] | np.ndarray | None = None,
 ) -> BootstrapResult:
     """Paired bootstrap CI of the WER difference from per-utterance counts.
 
     Args:
         errors_a, errors_b: word errors of each system per utterance.
-        ref_words: reference words per utterance.
+        ref_words: reference words per utterance (system A's when ``ref_words_b`` is given).
+        ref_words_b: system B's reference words per utterance, where they differ from A's (references with
+            sclite's alternations, where each system may take another branch); ``None``: the same as A's.
         resamples: number of bootstrap resamples (default 1000).
         confidence: coverage of the interval (default 0.95).
         seed: seed of the numpy random generator (``None``: fresh entropy, not reproducible).
@@ -90,8 +93,9 @@ def paired_bootstrap(
     (0.0, 0.0, 0.0)
     """
     ea, eb, rw = _counts(errors_a, "errors_a"), _counts(errors_b, "errors_b"), _counts(ref_words, "ref_words")
-    if not len(ea) == len(eb) == len(rw):
-        raise InputError(f"count lists differ in length ({len(ea)}, {len(eb)}, {len(rw)})",
+    rb = rw if ref_words_b is None else _counts(ref_words_b, "ref_words_b")
+    if not len(ea) == len(eb) == len(rw) == len(rb):
+        raise InputError(f"count lists differ in length ({len(ea)}, {len(eb)}, {len(rw)}, {len(rb)})",
                          expected="one count per utterance for each list")
     if len(ea) == 0:
         raise InputError("no utterances to resample")
@@ -101,7 +105,7 @@ def paired_bootstrap(
         raise InputError(f"confidence is {confidence!r}", expected="a number in (0, 1)")
     n = len(ea)
     wa = error_rate(int(ea.sum()), int(rw.sum()))
-    wb = error_rate(int(eb.sum()), int(rw.sum()))
+    wb = error_rate(int(eb.sum()), int(rb.sum()))
     rng = np.random.default_rng(seed)
     diffs = np.empty(resamples)
     a_better = 0
@@ -111,9 +115,11 @@ def paired_bootstrap(
         m = min(per_batch, resamples - done)
         idx = rng.integers(0, n, size=(m, n))
         sa, sb, sr = ea[idx].sum(axis=1), eb[idx].sum(axis=1), rw[idx].sum(axis=1)
+        srb = sr if rb is rw else rb[idx].sum(axis=1)
+        ra, rbb = _rates(sa, sr), _rates(sb, srb)
         with np.errstate(invalid="ignore"):
-            diffs[done : done + m] = _rates(sa, sr) - _rates(sb, sr)
-        a_better += int((sa < sb).sum())
+            diffs[done : done + m] = ra - rbb
+        a_better += int((sa < sb).sum() if rb is rw else (ra < rbb).sum())
         done += m
     tail = (1.0 - confidence) / 2.0
     finite = diffs[np.isfinite(diffs)]
@@ -128,9 +134,13 @@ def paired_bootstrap(
 
 
 def bootstrap_wer_difference(
-    a: WerResult, b: WerResult, *, resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0
+    a: WerResult, b: WerResult, *, resamples: int = 1000, confidence: float = 0.95, seed: int | None = 0,
+    same_references: bool = True,
 ) -> BootstrapResult:
     """:func:`paired_bootstrap` on two :class:`~privasr.metrics.wer.WerResult` of the same utterances.
+
+    ``same_references=False`` accepts per-utterance reference words that differ between the systems (sclite's
+    alternations: each system's alignment may take another branch); the number of utterances must still agree.
 
     >>> from privasr.metrics.wer import wer
     >>> refs = [["a", "b"], ["c"]]
@@ -138,7 +148,11 @@ def bootstrap_wer_difference(
     >>> round(r.difference, 4), r.ci_high <= 0
     (-0.6667, True)
     """
-    if a.utt_ref_words != b.utt_ref_words:
+    if same_references and a.utt_ref_words != b.utt_ref_words:
         raise InputError("the two results are not on the same utterances (per-utterance reference words differ)")
+    if len(a.utt_ref_words) != len(b.utt_ref_words):
+        raise InputError(f"the two results hold {len(a.utt_ref_words)} and {len(b.utt_ref_words)} utterances",
+                         expected="the same utterances")
     return paired_bootstrap(a.utt_errors, b.utt_errors, a.utt_ref_words, resamples=resamples,
-                            confidence=confidence, seed=seed)
+                            confidence=confidence, seed=seed,
+                            ref_words_b=None if a.utt_ref_words == b.utt_ref_words else b.utt_ref_words)
