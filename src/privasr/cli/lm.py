@@ -2,13 +2,12 @@
 
 * ``privasr lm train-ngram --text FILE --order N --arpa OUT``: interpolated modified Kneser-Ney exactly as KenLM
   ``lmplz -o N`` estimates it (plus ``--prune`` and ``--vocab``);
-* ``privasr lm ppl --lm ARPA --text FILE``: SRILM-style perplexity (``ngram -ppl``), with KenLM's "perplexity
-  including OOVs" in ``--json``.
+* ``privasr lm ppl --lm ARPA --text FILE``: perplexity as SRILM ``ngram -ppl`` and as KenLM ``query`` compute it,
+  each labelled (:mod:`privasr.lm.perplexity`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from rich.console import Console
 
 from privasr.errors import InputError
 
-__all__ = ["app", "parse_prune", "read_vocab"]
+__all__ = ["app", "parse_prune", "read_vocab", "check_training_text"]
 
 app = typer.Typer(help="Train, score and adapt language models (ARPA n-grams, class LMs, interpolation, FMA).",
                   no_args_is_help=True)
@@ -66,6 +65,34 @@ def _read_text(path: Path, what: str) -> list[list[str]]:
     return sents
 
 
+_SPECIAL = frozenset(("<s>", "</s>", "<unk>"))
+
+
+def check_training_text(sents: list[list[str]], path: Path, *, skip_symbols: bool = False) -> list[list[str]]:
+    """lmplz's rule for ``<s>``, ``</s>`` and ``<unk>`` in training text: an error at the first one (file:line),
+    or with ``skip_symbols`` (lmplz ``--skip_symbols``) one warning and every one read as whitespace.
+
+    >>> check_training_text([["a", "b"]], Path("t.txt"))
+    [['a', 'b']]
+    >>> check_training_text([["a"], ["<s>", "b"]], Path("t.txt"))
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: t.txt:2: special word <s> in the training text, as lmplz refuses it (expected text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, as lmplz --skip_symbols does)
+    """
+    for k, sent in enumerate(sents, start=1):
+        if _SPECIAL.isdisjoint(sent):
+            continue
+        word = next(w for w in sent if w in _SPECIAL)
+        if not skip_symbols:
+            raise InputError(f"special word {word} in the training text, as lmplz refuses it", path=path, line=k,
+                             expected="text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, "
+                                      "as lmplz --skip_symbols does")
+        err_console.print(f"Warning: {word} appears in the input ({path}:{k}). All instances of <s>, </s>, and <unk> "
+                          "will be interpreted as whitespace.", highlight=False, soft_wrap=True)
+        return [[w for w in s if w not in _SPECIAL] for s in sents]
+    return sents
+
+
 @app.command("train-ngram")
 def train_ngram(
     text: Annotated[Path, typer.Option("--text", help="Training text: one sentence per line, whitespace tokens "
@@ -82,6 +109,9 @@ def train_ngram(
         help="Interpolate unigrams with the uniform distribution (lmplz default) or give that mass to <unk>.")] = True,
     discount_fallback: Annotated[bool, typer.Option(
         "--discount-fallback", help="Use D=0.5,1,1.5 where the closed-form discounts fail (lmplz option).")] = False,
+    skip_symbols: Annotated[bool, typer.Option(
+        "--skip-symbols", help="Read <s>, </s> and <unk> in the text as whitespace (lmplz --skip_symbols); by "
+        "default they are an error, as in lmplz.")] = False,
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Also write results.json-style figures (options, version, the text's fingerprint, n-gram "
         "counts and discounts per order, timings) to this JSON file.")] = None,
@@ -99,7 +129,7 @@ def train_ngram(
     thresholds = parse_prune(prune)
     words = read_vocab(vocab) if vocab is not None else None
     t0 = time.perf_counter()
-    sents = _read_text(text, str(text))
+    sents = check_training_text(_read_text(text, str(text)), text, skip_symbols=skip_symbols)
     t1 = time.perf_counter()
     try:
         with err_console.status(f"estimating the {order}-gram model"):
@@ -132,7 +162,8 @@ def train_ngram(
                                "read_s": t1 - t0, "estimate_s": t2 - t1, "write_s": t3 - t2},
                       config={"command": "lm train-ngram", "text": str(text), "arpa": str(arpa), "order": order,
                               "prune": thresholds, "vocab": None if vocab is None else str(vocab),
-                              "interpolate_unigrams": interpolate_unigrams, "discount_fallback": discount_fallback},
+                              "interpolate_unigrams": interpolate_unigrams, "discount_fallback": discount_fallback,
+                              "skip_symbols": skip_symbols},
                       data={"text": text, "arpa": arpa, **({"vocab": vocab} if vocab is not None else {})})
         err_console.print(f"results: {json_out}", highlight=False)
 
@@ -142,15 +173,15 @@ def ppl(
     lm: Annotated[Path, typer.Option("--lm", help="ARPA language model (.gz/.xz/.bz2 allowed).")],
     text: Annotated[Path, typer.Option("--text", help="Text to score: one sentence per line.")],
     json_out: Annotated[Path | None, typer.Option(
-        "--json", help="Also write the figures (SRILM's and KenLM's 'ppl incl. OOV') to this JSON file.")] = None,
+        "--json", help="Also write the figures (SRILM's and KenLM's, each labelled) to this JSON file.")] = None,
 ) -> None:
-    """Perplexity of a text under an ARPA model, printed like SRILM's ngram -ppl.
+    """Perplexity of a text under an ARPA model, as SRILM's ngram -ppl and as KenLM's query compute it.
 
-    OOV words are left out of SRILM's figures; KenLM query's perplexity, which scores them as <unk>, is in the
-    JSON as ppl_incl_oov.
+    SRILM's figures leave OOV words out and do not add <s> or </s> to a line that already has them; KenLM's score
+    every token, markers included, and OOVs as <unk> (-100 when the model has none). See docs/formats.md.
     """
-    from privasr.lm.base import perplexity_stats
     from privasr.lm.ngram.arpa import read_arpa
+    from privasr.lm.perplexity import kenlm_perplexity, srilm_perplexity
     from privasr.metrics.perplexity import format_ppl
     from privasr.outputs import check_output_file
 
@@ -159,30 +190,51 @@ def ppl(
     with err_console.status(f"reading {lm}"):
         model = read_arpa(lm)
     sents = _read_text(text, str(text))
-    stats = None
-    total_incl = 0.0
-    tokens = 0
+    if not sents:
+        raise InputError("the text has no lines", path=text, expected="one sentence per line")
+    srilm = None
+    kenlm = None
     with err_console.status("scoring"):
         for lo in range(0, len(sents), 5000):
-            scores = model.score_batch(sents[lo:lo + 5000])
-            part = perplexity_stats(scores)
-            stats = part if stats is None else stats + part
-            total_incl += sum(s.total() for s in scores)
-            tokens += sum(len(s.tokens) for s in scores)
-    if stats is None:
-        raise InputError("the text has no lines", path=text, expected="one sentence per line")
-    out_console.print(format_ppl(stats, str(text)), highlight=False, soft_wrap=True)
+            part = sents[lo:lo + 5000]
+            try:
+                s_part, k_part = srilm_perplexity(model, part), kenlm_perplexity(model, part)
+            except InputError as e:
+                m = re.match(r"sentence (\d+): (.*)", e.message)
+                if not m:
+                    raise
+                raise InputError(m.group(2), path=text, line=lo + int(m.group(1)), expected=e.expected) from None
+            srilm = s_part if srilm is None else srilm + s_part
+            kenlm = k_part if kenlm is None else type(k_part)(kenlm.tokens + k_part.tokens, kenlm.oovs + k_part.oovs,
+                                                              kenlm.total + k_part.total,
+                                                              kenlm.oov_total + k_part.oov_total)
+    assert srilm is not None and kenlm is not None
+    out_console.print("# SRILM ngram -ppl: OOVs left out, <s> and </s> added unless the line has them",
+                      highlight=False, soft_wrap=True)
+    out_console.print(format_ppl(srilm, str(text)), highlight=False, soft_wrap=True)
+    no_unk = "" if "<unk>" in model else ", -100 for the <unk> this model lacks"
+    out_console.print(f"# KenLM query: every token a word (markers too), OOVs as <unk>{no_unk}", highlight=False,
+                      soft_wrap=True)
+    out_console.print(f"Perplexity including OOVs:\t{kenlm.ppl_including_oovs:g}\n"
+                      f"Perplexity excluding OOVs:\t{kenlm.ppl_excluding_oovs:g}\nOOVs:\t{kenlm.oovs}\n"
+                      f"Tokens:\t{kenlm.tokens}", highlight=False, soft_wrap=True)
     if json_out is not None:
         from privasr.results import write_results
 
-        ppl_incl = 10.0 ** (-total_incl / tokens) if tokens else math.nan
         metrics: dict[str, Any] = {
-            "sentences": stats.sentences, "words": stats.words, "oovs": stats.oovs, "zeroprobs": stats.zeroprobs,
-            "logprob": stats.logprob, "ppl": stats.ppl, "ppl1": stats.ppl1,
-            "logprob_incl_oov": total_incl, "tokens_incl_eos": tokens, "ppl_incl_oov": ppl_incl,
+            "sentences": srilm.sentences, "words": srilm.words, "oovs": srilm.oovs, "zeroprobs": srilm.zeroprobs,
+            "logprob": srilm.logprob, "ppl": srilm.ppl, "ppl1": srilm.ppl1,
+            "logprob_incl_oov": kenlm.total, "tokens_incl_eos": kenlm.tokens, "ppl_incl_oov": kenlm.ppl_including_oovs,
+            "srilm": {"sentences": srilm.sentences, "words": srilm.words, "oovs": srilm.oovs,
+                      "zeroprobs": srilm.zeroprobs, "logprob": srilm.logprob, "ppl": srilm.ppl, "ppl1": srilm.ppl1},
+            "kenlm": {"tokens": kenlm.tokens, "oovs": kenlm.oovs, "total": kenlm.total,
+                      "ppl_including_oovs": kenlm.ppl_including_oovs,
+                      "ppl_excluding_oovs": kenlm.ppl_excluding_oovs, "unk_substituted": "<unk>" not in model},
         }
         write_results(json_out.parent, filename=json_out.name, seed=None, metrics=metrics,
-                      config={"command": "lm ppl", "lm": str(lm), "text": str(text), "order": model.order},
+                      config={"command": "lm ppl", "lm": str(lm), "text": str(text), "order": model.order,
+                              "conventions": {"ppl, ppl1, logprob, words, oovs, zeroprobs": "SRILM ngram -ppl",
+                                              "*_incl_oov, kenlm.*": "KenLM query"}},
                       data={"lm": lm, "text": text})
 
 

@@ -37,11 +37,41 @@ def _sentences(path: Path) -> list[list[str]]:
     return list(read_sentences(path))
 
 
-def _ppl(label: str, scores: list, metrics: dict[str, Any]) -> None:
-    """Print SRILM's perplexity line for ``label`` and record its figures in ``metrics[label]``."""
-    from privasr.lm.base import perplexity_stats
+def _heldout(path: Path) -> list[list[str]]:
+    """Held-out text as SRILM reads it: a line's own leading ``<s>`` and trailing ``</s>`` are its markers (dropped
+    here, added back by scoring); a marker inside a line is refused at its line."""
+    from privasr.lm.perplexity import check_markers, strip_markers
 
-    s = perplexity_stats(scores)
+    out = []
+    for k, s in enumerate(_sentences(path), start=1):
+        try:
+            check_markers(s)
+        except InputError as e:
+            raise e.at(path, k) from None
+        out.append(strip_markers(s))
+    return out
+
+
+def _training_text(path: Path) -> list[list[str]]:
+    """Training text: ``<s>``, ``</s>`` and ``<unk>`` refused at their line, as lmplz does."""
+    from privasr.cli.lm import check_training_text
+
+    return check_training_text(_sentences(path), path)
+
+
+def _ppl(label: str, lm: Any, sentences: list[list[str]], metrics: dict[str, Any], path: Path | None = None) -> None:
+    """Print SRILM's perplexity line (``ngram -ppl``'s conventions: :func:`privasr.lm.perplexity.srilm_perplexity`)
+    for ``label`` and record its figures in ``metrics[label]``."""
+    import re
+
+    from privasr.lm.perplexity import srilm_perplexity
+
+    try:
+        s = srilm_perplexity(lm, sentences)
+    except InputError as e:
+        m = re.match(r"sentence (\d+): (.*)", e.message)
+        raise InputError(m.group(2) if m else e.message, path=path, line=int(m.group(1)) if m else None,
+                         expected=e.expected) from None
     metrics[label] = {"sentences": s.sentences, "words": s.words, "oovs": s.oovs, "ppl": s.ppl, "ppl1": s.ppl1}
     out_console.print(f"{label}: {s.sentences} sentences, {s.words} words, {s.oovs} OOVs, ppl= {s.ppl:.6g} "
                       f"ppl1= {s.ppl1:.6g}")
@@ -91,7 +121,7 @@ def train_class(
     if member_probs not in ("auto", "counts", "file"):
         raise InputError(f"--member-probs {member_probs!r}", expected="auto, counts or file")
     cmap = read_classes(classes)
-    sents = _sentences(text)
+    sents = _training_text(text)
     model = train_class_lm(sents, cmap, order, member_probs=member_probs, k=add_k)  # type: ignore[arg-type]
     out.mkdir(parents=True, exist_ok=True)
     write_arpa(model.class_lm, out / "class.arpa")
@@ -141,7 +171,7 @@ def mix(
     if weights is None and heldout is None:
         raise InputError("neither --weights nor --heldout given", expected="one of them")
     models = [read_arpa(p) for p in lm]
-    held = _sentences(heldout) if heldout is not None else None
+    held = _heldout(heldout) if heldout is not None else None
     if weights is not None:
         w = parse_weights(weights)
         mixture = LinearMix(models, w)
@@ -163,8 +193,8 @@ def mix(
     if held is not None:
         ppl: dict[str, Any] = {}
         for i, (p, m) in enumerate(zip(lm, models, strict=True)):
-            _ppl(p.name if p.name not in ppl else f"{p.name}#{i}", m.score_batch(held), ppl)
-        _ppl("mixture", mixture.score_batch(held), ppl)
+            _ppl(p.name if p.name not in ppl else f"{p.name}#{i}", m, held, ppl, heldout)
+        _ppl("mixture", mixture, held, ppl, heldout)
         metrics["heldout"] = ppl
     if arpa is not None:
         merged = merge_ngrams(models, w)
@@ -204,17 +234,17 @@ def fma(
     if smoothing not in ("dirichlet", "add-k"):
         raise InputError(f"--smoothing {smoothing!r}", expected="dirichlet or add-k")
     base = read_arpa(lm)
-    pb = text_unigram(_sentences(base_text), base, k=0.5) if base_text is not None else None
-    pa = adaptation_unigram(_sentences(adapt_text), base, smoothing=smoothing, mu=mu, k=k,  # type: ignore[arg-type]
+    pb = text_unigram(_training_text(base_text), base, k=0.5) if base_text is not None else None
+    pa = adaptation_unigram(_training_text(adapt_text), base, smoothing=smoothing, mu=mu, k=k,  # type: ignore[arg-type]
                             base_unigram=pb)
     adapted = fma_rewrite(base, pa, beta, pb)
     write_arpa(adapted, arpa)
     out_console.print(f"adapted model (beta {beta:g}) -> {arpa}")
     metrics: dict[str, Any] = {}
     if heldout is not None:
-        held = _sentences(heldout)
-        _ppl("base", base.score_batch(held), metrics)
-        _ppl("adapted", adapted.score_batch(held), metrics)
+        held = _heldout(heldout)
+        _ppl("base", base, held, metrics, heldout)
+        _ppl("adapted", adapted, held, metrics, heldout)
     _results(results, "lm fma", {"lm": lm, "adapt_text": adapt_text, "arpa": arpa, "beta": beta,
                                  "smoothing": smoothing, "mu": mu, "k": k, "base_text": base_text,
                                  "heldout": heldout}, metrics,

@@ -63,7 +63,7 @@ try:  # the compiled query engine (setup.py builds it where a C compiler is avai
 except ImportError:  # pragma: no cover - installs without a compiler
     _Engine = None
 
-__all__ = ["NgramModel", "NgramState", "QUERY_ENGINE", "StructureError"]
+__all__ = ["NgramModel", "NgramState", "QUERY_ENGINE", "StructureError", "with_unk"]
 
 QUERY_ENGINE = "compiled" if _Engine is not None else "numpy"
 """The query engine of this install: ``"compiled"`` (the C extension) or ``"numpy"`` (the fallback)."""
@@ -613,3 +613,25 @@ def _ngram_keys(vocab: tuple[str, ...], ids: np.ndarray, keys: Sequence[np.ndarr
         raise StructureError(f"duplicate {n}-gram {words!r}", order=n, row=r,
                              expected="each n-gram listed once")
     return key, perm
+
+
+def with_unk(model: NgramModel, logprob: float = -100.0) -> NgramModel:
+    """The model with an ``<unk>`` unigram of ``logprob`` (backoff 0) added if it has none: what KenLM does when it
+    loads an ARPA file without ``<unk>`` ("Substituting log10 probability -100"). A model with ``<unk>`` is
+    returned as it is.
+
+    >>> m = NgramModel.from_entries(1, {1: {("a",): (-0.3, 0.0), ("</s>",): (-0.3, 0.0)}})
+    >>> with_unk(m).logprob("zz", []), with_unk(m).vocab[-1]
+    (-100.0, '<unk>')
+    """
+    if UNK in model:
+        return model
+    order = model.order
+    ids = [model.ngram_ids(n) for n in range(1, order + 1)]
+    probs = [np.asarray(model.arrays(n)[1]) for n in range(1, order + 1)]
+    bows = [np.asarray(model.arrays(n)[2]) for n in range(1, order + 1)]
+    v = len(model.vocab)
+    ids[0] = np.concatenate([ids[0], np.array([[v]], dtype=ids[0].dtype)])
+    probs[0] = np.concatenate([probs[0], [float(logprob)]])
+    bows[0] = np.concatenate([bows[0], [0.0]])
+    return NgramModel.from_arrays([*model.vocab, UNK], ids, probs, bows)
