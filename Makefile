@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-$(EXTRAS)
 .PHONY: setup demo test test-all bench lint clean
 
 $(STAMP): pyproject.toml setup.py src/privasr/lm/ngram/_engine.c src/privasr/lm/neural/_dropout.c src/privasr/lm/neural/_nll.c \
-		src/privasr/lm/neural/_trie.c
+		src/privasr/lm/neural/_trie.c src/privasr/metrics/_netdp.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: a looser requirement would pull a multi-GB CUDA build
@@ -24,10 +24,12 @@ demo: setup
 	$(BIN)/privasr demo --out demo-out
 
 test: setup
-	# the TTS testbed tests need espeak-ng, sox, SphinxTrain and pocketsphinx's tools (Debian; best effort: they skip without them)
-	(command -v espeak-ng && command -v sox && command -v sphinx_fe && command -v pocketsphinx_mdef_convert && test -x /usr/lib/sphinxtrain/bw) >/dev/null 2>&1 \
-		|| (apt-get update -qq && apt-get install -y -qq espeak-ng sox sphinxtrain sphinxbase-utils pocketsphinx >/dev/null) \
-		|| echo "espeak-ng / sox / sphinxtrain unavailable: the TTS testbed tests will skip"
+	# the TTS testbed tests need espeak-ng, sox, SphinxTrain and pocketsphinx's tools, the scoring tests NIST sclite as
+	# their oracle (Debian sctk) (best effort: those tests skip without them)
+	(command -v espeak-ng && command -v sox && command -v sphinx_fe && command -v pocketsphinx_mdef_convert && test -x /usr/lib/sphinxtrain/bw \
+		&& test -x /usr/lib/sctk/bin/sclite) >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq espeak-ng sox sphinxtrain sphinxbase-utils pocketsphinx sctk >/dev/null) \
+		|| echo "espeak-ng / sox / sphinxtrain / sctk unavailable: the TTS testbed and sclite oracle tests will skip"
 	# the kenlm module is an oracle for the ARPA tests; it compiles from source once (best effort: skip if it fails)
 	$(BIN)/python -c "import kenlm" 2>/dev/null || $(BIN)/python -m pip install --quiet "kenlm>=0.2" \
 		|| echo "kenlm unavailable: the tests that use it as an oracle will skip"

@@ -35,13 +35,20 @@ closes nothing, an empty alternative (``{ / a }``: sclite silently drops it, use
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from privasr.errors import InputError
 from privasr.metrics.align import Alignment, align_many
+
+try:  # the compiled DP (setup.py builds it where a C compiler is available); else the same loops in Python
+    from privasr.metrics import _netdp
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    _netdp = None
 
 __all__ = ["Conventions", "SCLITE", "align_sclite", "has_markup", "parse_markup", "check_markup", "map_words",
            "markup_counts"]
@@ -350,54 +357,122 @@ def _cost(w1: _Word | None, w2: _Word | None) -> np.float32:
     return _C_ZERO if _equal(w1, w2) else _C_SUB
 
 
-def _align_nets(ra: _Net, hb: _Net) -> Alignment:
-    """sclite's ``Network_dpalign`` and ``extract_NET_ALIGN_result`` (nulls left out of the path)."""
+def _dp_python(ra: _Net, hb: _Net) -> tuple[list[Any], list[list[int]], list[list[int]]]:
+    """sclite's ``calculate_margin_cells`` and ``calculate_internal_cells`` in Python (the compiled
+    :mod:`privasr.metrics._netdp` does the same): ``(cost, back_a, back_b)`` per cell.
+
+    Costs are summed as C ``float``: each sum of two single-precision values is exact in a Python float (their
+    exponents are close) and is rounded to single precision by storing it in an ``array('f')``, which is what the
+    C addition does; comparisons then see sclite's values, ties included.
+    """
     na, nb = len(ra.words), len(hb.words)
-    cost = [[_BIG] * nb for _ in range(na)]
-    back = [[(-1, -1)] * nb for _ in range(na)]
-    cost[0][0] = _C_ZERO
+    big = float(_BIG)
     wa, wb, pa, pb = ra.words, hb.words, ra.pred, hb.pred
+    cdel = [0.0] + [float(_cost(w, None)) for w in wa[1:]]
+    cins = [0.0] + [float(_cost(None, w)) for w in wb[1:]]
+    simple_a = [w is not None and not (w.null or w.frag) for w in wa]
+    simple_b = [w is not None and not (w.null or w.frag) for w in wb]
+    key_a = [w.intern if w is not None else None for w in wa]
+    key_b = [w.intern if w is not None else None for w in wb]
+    cost = [array("f", [big]) * nb for _ in range(na)]
+    back: list[list[tuple[int, int]]] = [[(-1, -1)] * nb for _ in range(na)]  # (back_a, back_b)
+    cost[0][0] = 0.0
+    r32 = array("f", [0.0])
+    row0 = cost[0]
     for b in range(1, nb):
-        m, mi = _BIG, -1
+        m, mi = big, -1
         for q in pb[b]:
-            if cost[0][q] < m:
-                m, mi = cost[0][q], q
-        cost[0][b] = _F(m + _cost(None, wb[b]))
+            if row0[q] < m:
+                m, mi = row0[q], q
+        row0[b] = m + cins[b]
         back[0][b] = (0, mi)
     for a in range(1, na):
-        m, mi = _BIG, -1
+        m, mi = big, -1
         for p in pa[a]:
             if cost[p][0] < m:
                 m, mi = cost[p][0], p
-        cost[a][0] = _F(m + _cost(wa[a], None))
+        cost[a][0] = m + cdel[a]
         back[a][0] = (mi, 0)
     for a in range(1, na):
-        row = cost[a]
+        row, brow, preds, da_cost, ka, sa_ok, wa_a = cost[a], back[a], pa[a], cdel[a], key_a[a], simple_a[a], wa[a]
+        prow = [cost[p] for p in preds]
+        single = len(preds) == 1
         for b in range(1, nb):
-            ins, ib = _BIG, -1
-            for q in pb[b]:
+            qs = pb[b]
+            ins, ib = big, -1
+            for q in qs:
                 if row[q] < ins:
                     ins, ib = row[q], q
-            dele, da = _BIG, -1
-            for p in pa[a]:
-                if cost[p][b] < dele:
-                    dele, da = cost[p][b], p
-            sub, sa, sb = _BIG, -1, -1
-            for p in pa[a]:
-                cp = cost[p]
-                for q in pb[b]:
-                    if cp[q] < sub:
-                        sub, sa, sb = cp[q], p, q
-            sub = _F(sub + _cost(wa[a], wb[b]))
-            dele = _F(dele + _cost(wa[a], None))
-            ins = _F(ins + _cost(None, wb[b]))
-            if sub <= dele and sub <= ins:
-                row[b], back[a][b] = sub, (sa, sb)
-            elif dele < ins:
-                row[b], back[a][b] = dele, (da, b)
+            if single:
+                pr, p0 = prow[0], preds[0]
+                dele, da = pr[b], p0
+                sub, sa, sb = big, -1, -1
+                for q in qs:
+                    if pr[q] < sub:
+                        sub, sa, sb = pr[q], p0, q
             else:
-                row[b], back[a][b] = ins, (a, ib)
-    best, a, b = _F(999999.9), -1, -1
+                dele, da = big, -1
+                for p, pr in zip(preds, prow, strict=True):
+                    if pr[b] < dele:
+                        dele, da = pr[b], p
+                sub, sa, sb = big, -1, -1
+                for p, pr in zip(preds, prow, strict=True):
+                    for q in qs:
+                        if pr[q] < sub:
+                            sub, sa, sb = pr[q], p, q
+            if sa_ok and simple_b[b]:
+                cs = 0.0 if ka == key_b[b] else 4.0
+            else:
+                cs = float(_cost(wa_a, wb[b]))
+            r32[0] = sub + cs
+            sub = r32[0]
+            r32[0] = dele + da_cost
+            dele = r32[0]
+            r32[0] = ins + cins[b]
+            ins = r32[0]
+            if sub <= dele and sub <= ins:
+                row[b], brow[b] = sub, (sa, sb)
+            elif dele < ins:
+                row[b], brow[b] = dele, (da, b)
+            else:
+                row[b], brow[b] = ins, (a, ib)
+    return cost, [[x for x, _ in r] for r in back], [[y for _, y in r] for r in back]
+
+
+def _dp_compiled(ra: _Net, hb: _Net) -> tuple[list[Any], list[list[int]], list[list[int]]]:
+    """The same DP in :mod:`privasr.metrics._netdp` (C, single precision as sclite)."""
+    na, nb = len(ra.words), len(hb.words)
+
+    def csr(pred: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        ptr = np.zeros(len(pred) + 1, np.int32)
+        ptr[1:] = np.cumsum([len(p) for p in pred])
+        return ptr, np.fromiter((q for p in pred for q in p), np.int32, count=int(ptr[-1]))
+
+    wa, wb = ra.words, hb.words
+    cdel = np.array([0.0] + [_cost(w, None) for w in wa[1:]], np.float32)
+    cins = np.array([0.0] + [_cost(None, w) for w in wb[1:]], np.float32)
+    ids: dict[bytes, int] = {}
+    ia = np.array([-1] + [ids.setdefault(w.intern, len(ids)) for w in wa[1:]], np.int64)  # type: ignore[union-attr]
+    ib = np.array([-2] + [ids.setdefault(w.intern, len(ids)) for w in wb[1:]], np.int64)  # type: ignore[union-attr]
+    csub = np.where(ia[:, None] == ib[None, :], np.float32(0.0), np.float32(4.0)).astype(np.float32)
+    special_a = [a for a in range(1, na) if wa[a].null or wa[a].frag]  # type: ignore[union-attr]
+    special_b = [b for b in range(1, nb) if wb[b].null or wb[b].frag]  # type: ignore[union-attr]
+    for a in special_a:
+        csub[a, 1:] = [_cost(wa[a], wb[b]) for b in range(1, nb)]
+    for b in special_b:
+        csub[1:, b] = [_cost(wa[a], wb[b]) for a in range(1, na)]
+    cost = np.empty((na, nb), np.float32)
+    back_a = np.empty((na, nb), np.int32)
+    back_b = np.empty((na, nb), np.int32)
+    _netdp.align(na, nb, *csr(ra.pred), *csr(hb.pred), cdel, cins, csub, cost, back_a, back_b)
+    return cost.tolist(), back_a.tolist(), back_b.tolist()
+
+
+def _align_nets(ra: _Net, hb: _Net) -> Alignment:
+    """sclite's ``Network_dpalign`` and ``extract_NET_ALIGN_result`` (nulls left out of the path)."""
+    wa, wb = ra.words, hb.words
+    cost, back_a, back_b = (_dp_compiled if _netdp is not None else _dp_python)(ra, hb)
+    best, a, b = float(_F(999999.9)), -1, -1
     for p in ra.final:
         for q in hb.final:
             if best > cost[p][q]:
@@ -406,7 +481,7 @@ def _align_nets(ra: _Net, hb: _Net) -> Alignment:
     hyp: list[str] = []
     ops: list[str] = []
     while a > 0 or b > 0:
-        la, lb = back[a][b]
+        la, lb = back_a[a][b], back_b[a][b]
         x, y = wa[a], wb[b]
         if a == la:  # insertion of hypothesis word b
             assert y is not None
