@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -327,3 +328,56 @@ def test_mapsswe_with_alternations_matches_sc_stats(tmp_path):
 
 def test_conventions_name_sclites_options():
     assert Conventions(case_sensitive=True, optional_deletable=True, fragments=True).options() == "-s -D -F"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_text(), _text(), st.booleans(), st.booleans())
+def test_compiled_dp_equals_the_python_dp(ref, hyp, opt, frag):
+    """The C DP (privasr.metrics._netdp) and the Python loops give the same costs and back-pointers, bit for bit."""
+    from privasr.metrics import sclite
+
+    if sclite._netdp is None:
+        pytest.skip("the compiled DP is not built")
+    conv = Conventions(optional_deletable=opt, fragments=frag)
+    ra = sclite._Net(parse_markup(ref.lower().split()), conv)
+    hb = sclite._Net(parse_markup(hyp.lower().split()), conv)
+    c1, a1, b1 = sclite._dp_python(ra, hb)
+    c2, a2, b2 = sclite._dp_compiled(ra, hb)
+    assert [list(r) for r in c1] == c2 and a1 == a2 and b1 == b2
+
+
+def _error(fn) -> str:
+    with pytest.raises(InputError) as e:
+        fn()
+    return e.value.message
+
+
+def test_every_refused_convention_is_documented_with_its_error(tmp_path):
+    """docs/formats.md lists each refusal with its message: the messages privasr gives are the ones written there."""
+    from privasr.cli.lm import check_training_text
+    from privasr.corpus.formats.ctm import parse_ctm_line
+    from privasr.corpus.formats.trn import read_trn
+    from privasr.corpus.load import load_path
+    from privasr.corpus.records import check_words
+    from privasr.lm.perplexity import check_markers
+
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text().split())
+    (tmp_path / "a.trn").write_text("i've { um / @ } far (s-1)\n")
+    (tmp_path / "x.stm").write_text("2345 A 2345-a 0.10 2.03 uh huh\n")
+    (tmp_path / "u16.txt").write_bytes("utt1 a\n".encode("utf-16"))
+    messages = [
+        _error(lambda: parse_markup("a { / b }".split())),
+        _error(lambda: parse_markup("a { b / c".split())),
+        _error(lambda: parse_markup("a } b".split())),
+        _error(lambda: parse_markup(["c{a", "/", "b}"])),
+        _error(lambda: parse_markup(["a", "()"])),
+        _error(lambda: parse_ctm_line("r A * * <ALT_BEGIN>")),
+        _error(lambda: load_path(tmp_path / "x.stm")),
+        _error(lambda: read_trn(tmp_path / "a.trn")),
+        _error(lambda: check_markers(["a", "<s>", "b"])),
+        _error(lambda: check_training_text([["a"], ["<s>", "b"]], Path("t.txt"))),
+        _error(lambda: check_words(["a\u200bb"], "reference")),
+        _error(lambda: load_path(tmp_path / "u16.txt", "kaldi-text")),
+    ]
+    for m in messages:
+        assert any(m[i:i + 20] in docs for i in range(max(1, len(m) - 19))), m  # 20 characters of it, verbatim

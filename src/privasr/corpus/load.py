@@ -302,6 +302,12 @@ def detect_format(path: PathLike, *, strict: bool = True, fallback: str | None =
         kind = _tar_kind(p)
         if kind is None and strict:
             _explain_tar(p)
+    elif strip_compression(low).endswith(".stm"):
+        if strict:
+            raise InputError("sclite's STM format (segment time marks) is not read", path=p, line=1,
+                             expected="utterance transcripts: one trn line per segment, 'words (recording-start)', "
+                                      "or Kaldi text; see docs/formats.md")
+        kind = None
     elif strip_compression(low).endswith(".json"):
         head = _head(p, 1)
         kind = "hyporadise" if head and head[0].lstrip().startswith("[") else None
