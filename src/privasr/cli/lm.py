@@ -42,11 +42,11 @@ def parse_prune(text: str | None) -> list[int] | None:
 
 def read_vocab(path: Path) -> list[str]:
     """Words of a vocabulary file, separated by any whitespace (lmplz ``--limit_vocab_file`` style)."""
-    from privasr.corpus.textio import iter_lines
+    from privasr.corpus.textio import iter_lines, split_words
 
     words: list[str] = []
     for _, line in iter_lines(path):
-        words.extend(line.split())
+        words.extend(split_words(line))
     if not words:
         raise InputError("the vocabulary file has no words", path=path, expected="whitespace-separated words")
     return words

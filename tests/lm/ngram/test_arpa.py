@@ -222,3 +222,16 @@ def test_reads_irstlm_style_header(tmp_path: Path) -> None:
     p = tmp_path / "irst.arpa"
     p.write_text("\n" + GOOD.replace("ngram 1=4", "ngram  1=      4").replace("ngram 2=3", "ngram  2=    3"))
     _same(read_arpa(p), _model())
+
+
+def test_byte_order_mark_is_dropped_and_invisible_words_refused(tmp_path: Path) -> None:
+    """A BOM before '\\data\\' is dropped (KenLM would choke on it); a word holding a no-break space is refused at
+    its line with the character named (the tools keep it inside the word: it would match no text word)."""
+    text = "\\data\\\nngram 1=3\n\n\\1-grams:\n-1.0\t<s>\n-0.5\ta b\n-0.5\t</s>\n\n\\end\\\n"
+    p = tmp_path / "m.arpa"
+    p.write_bytes(b"\xef\xbb\xbf" + text.replace("a b", "a").encode())
+    assert "a" in read_arpa(p)
+    p.write_bytes(text.replace("a b", "a\u00a0b").encode())
+    with pytest.raises(InputError, match="U.00A0 NO-BREAK SPACE") as e:
+        read_arpa(p)
+    assert e.value.line == 6

@@ -42,7 +42,8 @@ def test_train_then_ppl(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["lm", "ppl", "--lm", str(arpa), "--text", str(dev), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     stats = perplexity_stats(m.score_batch(dev_sents))
-    assert text.splitlines()[0] == f"file {dev}: {len(dev_sents)} sentences, {stats.words} words, 1 OOVs"
+    assert text.splitlines()[0].startswith("# SRILM ngram -ppl")
+    assert text.splitlines()[1] == f"file {dev}: {len(dev_sents)} sentences, {stats.words} words, 1 OOVs"
     assert f"ppl= {stats.ppl:g}" in text
     metrics = json.loads(out.read_text())["metrics"]
     assert metrics["oovs"] == 1 and metrics["ppl"] == pytest.approx(stats.ppl)

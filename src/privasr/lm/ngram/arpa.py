@@ -55,7 +55,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.records import invisible_problem
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 from privasr.lm.ngram.model import NgramModel, StructureError
 
@@ -224,7 +225,7 @@ def _read_sections(path: PathLike, counts: list[int], first_lineno: int, first_l
         if n == 0:
             raise InputError(f"unexpected line {line[:40]!r}", path=path, line=lineno,
                              expected="'\\1-grams:'")
-        parts = line.split()
+        parts = split_words(line)
         nf = len(parts)
         if nf == n + 1:
             bo = 0.0
@@ -240,6 +241,10 @@ def _read_sections(path: PathLike, counts: list[int], first_lineno: int, first_l
         lp = _number(parts[0], "log10 probability", path, lineno, prob=True)
         if n == 1:
             w = parts[1]
+            if not (w.isascii() and w.isprintable()) and (why := invisible_problem(w)) is not None:
+                raise InputError(f"the word {why}", path=path, line=lineno,
+                                 expected="visible characters only (KenLM and SRILM keep such a character inside the "
+                                          "word, so it would never match the text's word)")
             if w in vocab:
                 raise InputError(f"duplicate unigram {w!r}", path=path, line=lineno,
                                  expected="each word listed once")

@@ -42,7 +42,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from privasr.corpus.textio import PathLike, iter_lines, open_write_text
+from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
 __all__ = ["ClassMap", "read_classes", "write_classes", "parse_classes", "frequency_bin_classes", "SPECIAL_TOKENS"]
@@ -190,7 +190,7 @@ def parse_classes(lines: Iterable[tuple[int, str]], *, path: PathLike | None = N
     grouped: dict[str, list[tuple[str, float | None]]] = {}
     where: dict[str, int] = {}
     for n, line in lines:
-        fields = line.split()
+        fields = split_words(line)
         if not fields:
             continue
         cls, rest = fields[0], fields[1:]
