@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from os import PathLike
 
-__all__ = ["PrivasrError", "InputError", "ConfigError", "PrivacyWarning"]
+__all__ = ["PrivasrError", "InputError", "ConfigError", "PrivacyWarning", "InputWarning"]
 
 
 class PrivasrError(Exception):
@@ -77,3 +77,8 @@ class ConfigError(InputError):
 class PrivacyWarning(UserWarning):
     """A setting that weakens a privacy guarantee without voiding the run (e.g. a noise multiplier of 0: clipping
     only, epsilon infinite); settings that void it are a :class:`ConfigError`."""
+
+
+class InputWarning(UserWarning):
+    """Input that privasr reads the way a standard tool's option would, not as written (e.g. ``<s>`` in training
+    text read as whitespace under ``--skip-symbols``, as lmplz does); the command line prints it as one line."""

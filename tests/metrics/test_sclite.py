@@ -15,15 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from privasr.cli.score import by_speaker, read_transcripts
+from privasr.corpus.markup import parse_markup
 from privasr.errors import InputError
-from privasr.metrics.sclite import (
-    Conventions,
-    align_sclite,
-    has_markup,
-    map_words,
-    markup_counts,
-    parse_markup,
-)
+from privasr.metrics.sclite import Conventions, align_sclite
 from privasr.metrics.wer import wer, wer_from_alignments
 
 from ._sclite_oracle import run_sclite, sclite_path
@@ -152,22 +146,6 @@ def test_byte_level_problems_are_refused_at_file_and_line(tmp_path, content, nee
 # --------------------------------------------------------------------------------- parsing and its refusals
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("a { b / c", "never closed"),
-    ("a } b", "closes no"),
-    ("a { / b }", "empty alternative"),
-    ("a { b / }", "empty alternative"),
-    ("c{a / b}", "glued"),
-    ("a () b", "'()'"),
-])
-def test_malformed_markup_is_refused(text, needle):
-    with pytest.raises(InputError, match=re.escape(needle)):
-        parse_markup(text.split())
-    if text != "a () b":  # not markup to the aligner: sclite reads '()' as a word; the trn reader refuses it
-        with pytest.raises(InputError, match=re.escape(needle)):
-            align_sclite([text.split()], [["a"]])
-
-
 def test_malformed_markup_is_located_in_score(tmp_path, capsys):
     (tmp_path / "ref").write_text("utt1 a b\nutt2 x { a / b\n")
     (tmp_path / "hyp").write_text("utt1 a b\nutt2 x a\n")
@@ -195,17 +173,6 @@ def test_plain_conventions_make_every_token_a_word():
     assert (r.ref_words, r.deletions) == (6, 5)
     with pytest.raises(InputError, match="sclite aligner"):
         wer([["a", "{", "b", "/", "@", "}"]], [["a"]], aligner="jiwer", conventions=Conventions())
-
-
-def test_normalising_keeps_the_markup():
-    from privasr.text.normalize import Normalizer
-
-    norm = Normalizer.from_spec("wer,fillers=keep")
-    assert map_words(["I've", "{", "UM", "/", "@", "}", "Far."], norm)[1:6] == ("{", "um", "/", "@", "}")
-    # a normaliser that drops fillers leaves the alternative empty: it becomes the null word
-    assert map_words(["{", "UM", "/", "yes", "}"], Normalizer.preset("wer")) == ("{", "@", "/", "yes", "}")
-    assert markup_counts(["a", "{", "b", "/", "@", "}"]) == (1, 1, 0)
-    assert has_markup(["{b/c}"]) and not has_markup(["and/or"])
 
 
 # --------------------------------------------------------------------------------- property tests against sclite
@@ -354,11 +321,11 @@ def _error(fn) -> str:
 
 def test_every_refused_convention_is_documented_with_its_error(tmp_path):
     """docs/formats.md lists each refusal with its message: the messages privasr gives are the ones written there."""
-    from privasr.cli.lm import check_training_text
     from privasr.corpus.formats.ctm import parse_ctm_line
     from privasr.corpus.formats.trn import read_trn
     from privasr.corpus.load import load_path
     from privasr.corpus.records import check_words
+    from privasr.lm.ngram.counts import check_training_text
     from privasr.lm.perplexity import check_markers
 
     docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text().split())

@@ -126,7 +126,7 @@ def _against_sclite(out: Path, refs: list[list[str]], hyps: list[list[str]], ids
     exe = _sclite_binary()
     if exe is None:
         return {"sclite_binary": None}
-    from privasr.cli.score import read_transcripts
+    from privasr.corpus.formats.trn import read_trn, reading_markup
     from privasr.metrics.wer import wer_from_alignments
 
     d = out / "sclite-bench"
@@ -135,8 +135,8 @@ def _against_sclite(out: Path, refs: list[list[str]], hyps: list[list[str]], ids
     (d / "hyp.trn").write_text("".join(f"{' '.join(h)} ({u})\n" for h, u in zip(hyps, ids, strict=True)))
 
     def ours() -> Any:
-        r = read_transcripts(d / "ref.trn", "trn", role="ref")
-        h = read_transcripts(d / "hyp.trn", "trn")
+        with reading_markup():
+            r, h = read_trn(d / "ref.trn"), read_trn(d / "hyp.trn")
         return wer_from_alignments(align_sclite([t.words for t in r], [t.words for t in h]))
 
     def theirs() -> str:

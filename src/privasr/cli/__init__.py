@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from privasr import __version__
-from privasr.errors import PrivacyWarning, PrivasrError
+from privasr.errors import InputWarning, PrivacyWarning, PrivasrError
 
 __all__ = ["app", "main"]
 
@@ -98,11 +98,12 @@ _register()
 
 
 def _warning_printer(fallback: Any) -> Any:
-    """A ``warnings.showwarning`` that prints a :class:`~privasr.errors.PrivacyWarning` as one ``warning:`` line
+    """A ``warnings.showwarning`` that prints a :class:`~privasr.errors.PrivacyWarning` or
+    :class:`~privasr.errors.InputWarning` as one ``warning:`` line
     on stderr and hands every other warning to ``fallback`` (the one in force before)."""
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
-        if issubclass(category, PrivacyWarning):
+        if issubclass(category, (PrivacyWarning, InputWarning)):
             console.print(Text.assemble(("warning: ", "bold yellow"), str(message)), highlight=False,
                           soft_wrap=True)
         else:

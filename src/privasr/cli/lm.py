@@ -18,7 +18,7 @@ from rich.console import Console
 
 from privasr.errors import InputError
 
-__all__ = ["app", "parse_prune", "read_vocab", "check_training_text"]
+__all__ = ["app", "parse_prune", "read_vocab"]
 
 app = typer.Typer(help="Train, score and adapt language models (ARPA n-grams, class LMs, interpolation, FMA).",
                   no_args_is_help=True)
@@ -65,34 +65,6 @@ def _read_text(path: Path, what: str) -> list[list[str]]:
     return sents
 
 
-_SPECIAL = frozenset(("<s>", "</s>", "<unk>"))
-
-
-def check_training_text(sents: list[list[str]], path: Path, *, skip_symbols: bool = False) -> list[list[str]]:
-    """lmplz's rule for ``<s>``, ``</s>`` and ``<unk>`` in training text: an error at the first one (file:line),
-    or with ``skip_symbols`` (lmplz ``--skip_symbols``) one warning and every one read as whitespace.
-
-    >>> check_training_text([["a", "b"]], Path("t.txt"))
-    [['a', 'b']]
-    >>> check_training_text([["a"], ["<s>", "b"]], Path("t.txt"))
-    Traceback (most recent call last):
-    ...
-    privasr.errors.InputError: t.txt:2: special word <s> in the training text, as lmplz refuses it (expected text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, as lmplz --skip_symbols does)
-    """
-    for k, sent in enumerate(sents, start=1):
-        if _SPECIAL.isdisjoint(sent):
-            continue
-        word = next(w for w in sent if w in _SPECIAL)
-        if not skip_symbols:
-            raise InputError(f"special word {word} in the training text, as lmplz refuses it", path=path, line=k,
-                             expected="text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, "
-                                      "as lmplz --skip_symbols does")
-        err_console.print(f"Warning: {word} appears in the input ({path}:{k}). All instances of <s>, </s>, and <unk> "
-                          "will be interpreted as whitespace.", highlight=False, soft_wrap=True)
-        return [[w for w in s if w not in _SPECIAL] for s in sents]
-    return sents
-
-
 @app.command("train-ngram")
 def train_ngram(
     text: Annotated[Path, typer.Option("--text", help="Training text: one sentence per line, whitespace tokens "
@@ -118,6 +90,7 @@ def train_ngram(
 ) -> None:
     """Train an interpolated modified Kneser-Ney n-gram model, reproducing KenLM lmplz."""
     from privasr.lm.ngram.arpa import write_arpa
+    from privasr.lm.ngram.counts import check_training_text
     from privasr.lm.ngram.mkn import DiscountError, estimate_mkn
     from privasr.outputs import check_output_file
 

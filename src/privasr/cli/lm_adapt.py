@@ -54,7 +54,7 @@ def _heldout(path: Path) -> list[list[str]]:
 
 def _training_text(path: Path) -> list[list[str]]:
     """Training text: ``<s>``, ``</s>`` and ``<unk>`` refused at their line, as lmplz does."""
-    from privasr.cli.lm import check_training_text
+    from privasr.lm.ngram.counts import check_training_text
 
     return check_training_text(_sentences(path), path)
 

@@ -73,7 +73,7 @@ def normalized(transcripts: list[Transcript], spec: str, conv: Any = None) -> li
     """
     from dataclasses import replace
 
-    from privasr.metrics.sclite import map_words
+    from privasr.corpus.markup import map_words
     from privasr.text.normalize import Normalizer
 
     if spec == "none":
@@ -304,9 +304,10 @@ def compare_cmd(
 
     Speakers for MAPSSWE's segment order are the id text before the first '-' or '_' (sclite's spu_id). With --out, writes DIR/results.json with the configuration, seed, version and all metrics.
     """
+    from privasr.corpus.markup import has_markup
     from privasr.metrics.bootstrap import bootstrap_wer_difference
     from privasr.metrics.mapsswe import mapsswe_from_alignments
-    from privasr.metrics.sclite import align_sclite, has_markup
+    from privasr.metrics.sclite import align_sclite
     from privasr.metrics.wer import wer_from_alignments
 
     if resamples < 1:

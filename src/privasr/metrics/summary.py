@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from privasr.corpus.markup import map_words, markup_counts
 from privasr.corpus.records import Hypothesis, NBest, Transcript
 from privasr.errors import InputError
 from privasr.metrics.oracle import oracle_wer
-from privasr.metrics.sclite import Conventions, map_words, markup_counts
+from privasr.metrics.sclite import Conventions
 from privasr.metrics.wer import wer
 from privasr.text.normalize import Normalizer
 

@@ -235,7 +235,8 @@ def wer(
     if aligner not in ("jiwer", "sclite"):
         raise InputError(f"unknown aligner {aligner!r}", expected="'jiwer' or 'sclite'")
     if conventions is not None:
-        from privasr.metrics.sclite import align_sclite, has_markup
+        from privasr.corpus.markup import has_markup
+        from privasr.metrics.sclite import align_sclite
 
         if aligner == "sclite":
             return wer_from_alignments(align_sclite(R, H, conventions), return_alignments=return_alignments)

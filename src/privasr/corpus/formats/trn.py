@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from privasr.corpus.markup import check_markup
 from privasr.corpus.records import Transcript
 from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
@@ -82,8 +83,6 @@ def _check_markup(words: tuple[str, ...]) -> None:
         shown = ", ".join(repr(w) for w in dict.fromkeys(found or [w for w in words if "(" in w or ")" in w]))
         raise InputError(f"sclite markup {shown[:80]}: its words are not plain words; only privasr score and "
                          "privasr data inspect read it", expected="plain words here, or score the file with privasr score")
-    from privasr.metrics.sclite import check_markup
-
     check_markup(words)
 
 

@@ -26,21 +26,48 @@ with ``<s>`` (nothing can precede them), which keep their raw counts. ``<s>`` an
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from privasr.corpus.textio import PathLike, iter_lines
-from privasr.errors import InputError
+from privasr.errors import InputError, InputWarning
 from privasr.lm.base import BOS, EOS, UNK
 
-__all__ = ["NgramCounts", "OrderCounts", "count_ngrams", "tokenize_line", "read_sentences", "UNK_ID", "BOS_ID",
+__all__ = ["NgramCounts", "OrderCounts", "count_ngrams", "tokenize_line", "read_sentences", "check_training_text", "UNK_ID", "BOS_ID",
            "EOS_ID"]
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 _SPECIAL = (UNK, BOS, EOS)
+_SPECIAL_SET = frozenset(_SPECIAL)
 _DELIMS = re.compile(r"[ \t\r\x00]+")
+
+
+def check_training_text(sents: list[list[str]], path: PathLike, *, skip_symbols: bool = False) -> list[list[str]]:
+    """lmplz's rule for ``<s>``, ``</s>`` and ``<unk>`` in training text: an error at the first one (file:line),
+    or with ``skip_symbols`` (lmplz ``--skip_symbols``) one warning and every one read as whitespace.
+
+    >>> check_training_text([["a", "b"]], "t.txt")
+    [['a', 'b']]
+    >>> check_training_text([["a"], ["<s>", "b"]], "t.txt")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.InputError: t.txt:2: special word <s> in the training text, as lmplz refuses it (expected text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, as lmplz --skip_symbols does)
+    """
+    for k, sent in enumerate(sents, start=1):
+        if _SPECIAL_SET.isdisjoint(sent):
+            continue
+        word = next(w for w in sent if w in _SPECIAL_SET)
+        if not skip_symbols:
+            raise InputError(f"special word {word} in the training text, as lmplz refuses it", path=path, line=k,
+                             expected="text without <s>, </s> or <unk>; --skip-symbols reads them as whitespace, "
+                                      "as lmplz --skip_symbols does")
+        warnings.warn(f"{word} appears in the input ({path}:{k}). All instances of <s>, </s>, and <unk> will be "
+                      "interpreted as whitespace.", InputWarning, stacklevel=2)
+        return [[w for w in s if w not in _SPECIAL_SET] for s in sents]
+    return sents
 
 
 def tokenize_line(line: str) -> list[str]:
