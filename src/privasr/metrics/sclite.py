@@ -21,8 +21,8 @@ module's batched DP: without markup the two give the same alignment). The path k
 ``@`` never appears in it, and an optionally deletable word that was skipped is a correct word aligned with the
 empty string ``""``.
 
-What privasr refuses (sclite accepts and does something surprising): an unclosed ``{``, a ``}`` or ``/`` that
-closes nothing, an empty alternative (``{ / a }``: sclite silently drops it, use ``@``), ``{`` glued to a word
+What privasr refuses (sclite accepts and does something surprising; :mod:`privasr.corpus.markup` parses): an
+unclosed ``{``, a ``}`` that closes nothing, an empty alternative (``{ / a }``: sclite silently drops it, use ``@``), ``{`` glued to a word
 (``c{a / b}``), and ``()``.
 
 >>> a = align_sclite([["i've", "{", "um", "/", "uh", "/", "@", "}", "as", "far"]], [["i've", "as", "far"]])[0]
@@ -42,12 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from privasr.corpus.markup import (
-    NULL_WORD,
-    Item,
-    has_markup,
-    parse_markup,
-)
+from privasr.corpus.markup import NULL_WORD, Item, has_markup, parse_markup
 from privasr.errors import InputError
 from privasr.metrics.align import Alignment, align_many
 
