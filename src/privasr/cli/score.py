@@ -65,29 +65,32 @@ def conventions(name: str, case_sensitive: bool, optional_deletable: bool, fragm
     return Conventions(case_sensitive=case_sensitive, optional_deletable=optional_deletable, fragments=fragments)
 
 
-def normalized(transcripts: list[Transcript], spec: str, conv: Any = None) -> list[Transcript]:
+def normalized(transcripts: list[Transcript], spec: str, conv: Any = None, path: Path | None = None
+               ) -> list[Transcript]:
     """The transcripts with their words normalised by the ``spec`` normaliser (``none`` returns them as they are).
 
-    Under sclite's conventions (``conv`` with ``markup``) the normaliser maps the words and leaves the markup
-    (:func:`privasr.metrics.sclite.map_words`).
+    Under sclite's conventions (``conv`` with ``markup``) the markup of every transcript is checked first (an
+    :class:`InputError` names ``path``, the utterance and its line) and the normaliser maps the words, not the
+    markup (:func:`privasr.corpus.markup.map_words`).
     """
     from dataclasses import replace
 
-    from privasr.corpus.markup import map_words
+    from privasr.corpus.markup import check_markup, map_words
     from privasr.text.normalize import Normalizer
 
+    markup = conv is not None and conv.markup
+    if markup:
+        for t in transcripts:
+            try:
+                check_markup(t.words)
+            except InputError as e:
+                raise InputError(f"utterance {t.utt_id!r}: {e.message}", path=path,
+                                 line=t.order if isinstance(t.order, int) else None, expected=e.expected) from None
     if spec == "none":
         return transcripts
     norm = Normalizer.from_spec(spec)
-    out = []
-    for t in transcripts:
-        try:
-            words = (map_words(t.words, norm, optional_deletable=conv.optional_deletable)
-                     if conv is not None and conv.markup else norm(t.words))
-        except InputError as e:
-            raise InputError(f"utterance {t.utt_id!r}: {e.message}", expected=e.expected) from None
-        out.append(replace(t, words=words, confidences=None, times=None, entities=()))
-    return out
+    return [replace(t, words=map_words(t.words, norm, optional_deletable=conv.optional_deletable) if markup
+                    else norm(t.words), confidences=None, times=None, entities=()) for t in transcripts]
 
 
 def read_transcripts(path: Path, fmt: str = "auto", *, role: str = "hyp") -> list[Transcript]:
@@ -160,18 +163,6 @@ def match_ids(ref: list[Transcript], hyp: list[Transcript], ref_path: Path, hyp_
     return [by_id[t.utt_id] for t in ref]
 
 
-def _located(path: Path, transcripts: list[Transcript], e: InputError) -> InputError:
-    """A markup error of sentence ``k`` (``sentence k: ...``) located at its file, utterance and line."""
-    import re
-
-    m = re.match(r"sentence (\d+): (.*)", e.message)
-    if not m:
-        return e
-    t = transcripts[int(m.group(1)) - 1]
-    return InputError(f"utterance {t.utt_id!r}: {m.group(2)}", path=path,
-                      line=t.order if isinstance(t.order, int) else None, expected=e.expected)
-
-
 def by_speaker(ids: list[str], r: Any, *, fold_case: bool = False) -> dict[str, dict[str, Any]]:
     """Per-speaker counts (sclite's ``-i spu_id`` speakers, in order of appearance) of a :class:`WerResult`.
 
@@ -232,12 +223,9 @@ def wer_cmd(
         raise InputError(f"unknown aligner {aligner!r}", expected="sclite or jiwer")
     conv = conventions(conv_name, case_sensitive, optional_deletable, fragments)
     _check_outputs(json_out=json_out)
-    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv)
-    hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize, conv), ref, hyp)
-    try:
-        r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner, conventions=conv)  # type: ignore[arg-type]
-    except InputError as e:
-        raise _located(ref, refs, e) from None
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv, ref)
+    hyps = match_ids(refs, normalized(read_transcripts(hyp, fmt), normalize, conv, hyp), ref, hyp)
+    r = wer([t.words for t in refs], [t.words for t in hyps], aligner=aligner, conventions=conv)  # type: ignore[arg-type]
     n = r.ref_words
     opts = conv.options() if conv.markup else "plain words"
     table = Table(title=f"WER of {hyp.name} against {ref.name} ({aligner} alignment{', ' + opts if opts else ''})")
@@ -320,15 +308,12 @@ def compare_cmd(
         raise InputError(f"--alpha is {alpha}", expected="a number in (0, 1)")
     conv = conventions(conv_name, case_sensitive, optional_deletable, fragments)
     _check_outputs(out_dir=out)
-    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv)
-    a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize, conv), ref, hyp_a)
-    b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize, conv), ref, hyp_b)
+    refs = normalized(read_transcripts(ref, fmt, role="ref"), normalize, conv, ref)
+    a = match_ids(refs, normalized(read_transcripts(hyp_a, fmt), normalize, conv, hyp_a), ref, hyp_a)
+    b = match_ids(refs, normalized(read_transcripts(hyp_b, fmt), normalize, conv, hyp_b), ref, hyp_b)
     rw = [t.words for t in refs]
-    try:
-        ali_a = align_sclite(rw, [t.words for t in a], conv)
-        ali_b = align_sclite(rw, [t.words for t in b], conv)
-    except InputError as e:
-        raise _located(ref, refs, e) from None
+    ali_a = align_sclite(rw, [t.words for t in a], conv)
+    ali_b = align_sclite(rw, [t.words for t in b], conv)
     wa, wb = wer_from_alignments(ali_a), wer_from_alignments(ali_b)
     branches = conv.markup and any(has_markup(w) for w in rw)  # each system may take another branch
     mp = mapsswe_from_alignments(ali_a, ali_b, [t.utt_id for t in refs], min_boundary=min_boundary, alpha=alpha,

@@ -345,7 +345,7 @@ def align_sclite(refs: Sequence[Sequence[str]], hyps: Sequence[Sequence[str]],
         conventions: sclite's options (:class:`Conventions`).
 
     Raises:
-        InputError: lists of different lengths, or malformed markup (the message names the sentence).
+        InputError: lists of different lengths, or malformed markup (the message names the side and sentence).
 
     >>> [a.ops for a in align_sclite([["a", "{", "b", "/", "@", "}"], ["X"]], [["a", "c"], ["x"]])]
     ['CI', 'C']
@@ -361,9 +361,12 @@ def align_sclite(refs: Sequence[Sequence[str]], hyps: Sequence[Sequence[str]],
         if _needs_network(r, conv) or _needs_network(h, conv):
             try:
                 ri = parse_markup(r) if conv.markup else tuple(r)
+            except InputError as e:
+                raise InputError(f"reference {k + 1}: {e.message}", expected=e.expected) from None
+            try:
                 hi = parse_markup(h) if conv.markup else tuple(h)
             except InputError as e:
-                raise InputError(f"sentence {k + 1}: {e.message}", expected=e.expected) from None
+                raise InputError(f"hypothesis {k + 1}: {e.message}", expected=e.expected) from None
             out[k] = _align_nets(_Net(ri, conv), _Net(hi, conv))
         else:
             plain.append(k)
