@@ -348,3 +348,12 @@ def test_every_refused_convention_is_documented_with_its_error(tmp_path):
     ]
     for m in messages:
         assert any(m[i:i + 20] in docs for i in range(max(1, len(m) - 19))), m  # 20 characters of it, verbatim
+
+
+def test_data_inspect_counts_plain_words_and_markup_apart(tmp_path, capsys):
+    from privasr.cli import main
+
+    (tmp_path / "ref.trn").write_text("i've { um / uh / @ } as (far) (spk1-001)\nhello there (spk1-002)\n")
+    assert main(["data", "inspect", str(tmp_path / "ref.trn"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["words"], d["sclite_alternations"], d["sclite_optional_words"]) == (4, 1, 1)
