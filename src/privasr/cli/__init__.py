@@ -12,15 +12,15 @@ import warnings
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from privasr import __version__
+from privasr.cli._console import make_console
 from privasr.errors import InputWarning, PrivacyWarning, PrivasrError
 
 __all__ = ["app", "main"]
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 app = typer.Typer(
     name="privasr",

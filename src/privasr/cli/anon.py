@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import ConfigError
 
 __all__ = ["app", "eval_ner", "train_ner_cmd"]
@@ -66,14 +66,14 @@ def eval_ner(
     """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
     from privasr.experiments.ner_eval import run_eval_ner
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     cfg = _train_config(seed, epochs, name_augment)
     systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
     m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg, cache_root=cache,  # type: ignore[arg-type]
                      systems=systems, log=lambda s: console.print(s, highlight=False), part=part)
-    Console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
+    make_console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
                     f"Earnings-21 names leaked {m['earnings21_names_leaked']}")
-    Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+    make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 
 @app.command("train-ner")
@@ -90,7 +90,7 @@ def train_ner_cmd(
     from privasr.anon.ner_model import cached_model
 
     d = _data(data)
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     folder, info, _ = cached_model(load_ner_data(d, seed), d, _train_config(seed, epochs, name_augment),  # type: ignore[arg-type]
                                    cache, seed, log=lambda s: console.print(s, highlight=False))
     if out.resolve() != folder.resolve():
@@ -100,9 +100,9 @@ def train_ner_cmd(
                                   expected="a new folder")
             shutil.rmtree(out)
         shutil.copytree(folder, out)
-    Console().print(f"best epoch {info['best_epoch']}, dev micro F1 {info['dev_micro_f1']:.4f}, "
+    make_console().print(f"best epoch {info['best_epoch']}, dev micro F1 {info['dev_micro_f1']:.4f}, "
                     f"{info['train_seconds']:.0f} s -> {out}")
-    Console().print_json(json.dumps({k: info[k] for k in ("best_epoch", "epochs_run", "dev_micro_f1")}))
+    make_console().print_json(json.dumps({k: info[k] for k in ("best_epoch", "epochs_run", "dev_micro_f1")}))
 
 
 def _register_run() -> None:

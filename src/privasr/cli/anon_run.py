@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["run"]
@@ -39,8 +39,8 @@ def run(
         raise e.at(config) from None
     m = run_anon(cfg, out, argv=_command_line(), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     rec = m["recovered_fraction"]
-    Console().print(
+    make_console().print(
         f"test WER {100 * m['wer']:.2f}% (M1 anonymised {100 * m['wer_baseline']:.2f}%, M1 original "
         f"{100 * m['wer_original']:.2f}%; MAPSSWE p {m['mapsswe_p']:.3g}); recovered fraction "
         + ("n/a" if rec is None else f"{rec:.2f}") + f"; ppl {m['ppl']:.1f} vs {m['ppl_baseline']:.1f}")
-    Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+    make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

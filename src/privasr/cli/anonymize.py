@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from privasr import progress
+from privasr.cli._console import make_console
 
 __all__ = ["anonymize", "STOCK_WARNING"]
 
@@ -61,7 +61,7 @@ def anonymize(
         from privasr.anon.ner_model import load_detector
 
         if ner == "stock":
-            Console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), STOCK_WARNING),
+            make_console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), STOCK_WARNING),
                                        highlight=False, soft_wrap=True)
         with progress.task(f"loading the NER ({ner})", transient=True):
             detector = load_detector(ner)
@@ -74,7 +74,7 @@ def anonymize(
         n = write_dataset(out, target, to)
         summary[d.name] = stats.to_dict()
         mentions = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.mentions.items())) or "none"
-        Console().print(f"{d.name}: {n:,} records -> {target}; entities rewritten: {mentions} "
+        make_console().print(f"{d.name}: {n:,} records -> {target}; entities rewritten: {mentions} "
                         f"({stats.words_changed:,} of {stats.words_in:,} words changed)")
     report_dir, name = (dst, "results.json") if dst.is_dir() else (dst.parent, dst.name + ".results.json")
     write_results(report_dir, filename=name, seed=seed,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["audit"]
@@ -36,9 +36,9 @@ def audit(
         cfg = load_audit_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with output_dir(out), Console(stderr=True).status(f"audit ({cfg.name})"):
+    with output_dir(out), make_console(stderr=True).status(f"audit ({cfg.name})"):
         m = run_audit(cfg, out, argv=_command_line())
-    con = Console()
+    con = make_console()
     con.print(", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float)))
     failed = [k.removesuffix("_release_holds") for k, v in m.items() if k.endswith("_release_holds") and not v]
     if failed:

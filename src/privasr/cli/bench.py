@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import ConfigError
 
 
@@ -31,7 +31,7 @@ def run(name: str, out: Path, quick: bool, seed: int, device: str = "cpu", clien
     if clients is not None and (name == "all" or "clients" not in inspect.signature(get(name)).parameters):
         raise ConfigError(f"--clients with benchmark {name!r}",
                           expected="a benchmark with a number of clients (secagg)")
-    console = Console()
+    console = make_console()
     for n in names:
         target = out / n if name == "all" else out
         with console.status(f"benchmark {n}"):

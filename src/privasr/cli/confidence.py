@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from privasr.cli._console import make_console
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import LanguageModel
@@ -27,7 +27,7 @@ __all__ = ["app", "train_cmd", "apply_cmd", "MODEL_FILE"]
 
 app = typer.Typer(help="Word confidences: train a calibrated confidence classifier on N-best lists, apply it.",
                   no_args_is_help=True)
-out_console = Console()
+out_console = make_console()
 
 MODEL_FILE = "model.npz"
 """The model's file name inside a ``train`` output folder."""

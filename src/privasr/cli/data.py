@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from privasr import progress
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
-out_console = Console(width=None if sys.stdout.isatty() else 200)  # no truncated tables in pipes and logs
+out_console = make_console()  # no truncated tables in pipes and logs
 
 
 def _pct(x: Any) -> str:

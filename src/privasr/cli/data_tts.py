@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["tts_nbest", "load_eval_transcripts"]
 
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 
 def load_eval_transcripts(path: Path, *, fmt: str | None, clients: str | None, normalize: str | None,

@@ -3,8 +3,9 @@
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markdown import Markdown
+
+from privasr.cli._console import make_console
 
 
 def demo(
@@ -18,12 +19,13 @@ def demo(
     table and what each method did).
     """
     from privasr import progress
-    from privasr.experiments.demo import run_demo
+    from privasr.experiments.demo import best_line, run_demo
     from privasr.outputs import output_dir
 
-    console = Console()
+    console = make_console()
     with output_dir(out), progress.task("running the demo", transient=True):  # the stages' bars nest in it
         metrics = run_demo(out, seed=seed, preset=preset)
     console.print(Markdown((out / "report.md").read_text(encoding="utf-8")))
-    console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}  "
-                  f"(1-best WER {100 * metrics['wer_1best']:.2f}%, best method {100 * metrics['wer']:.2f}%)")
+    console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}",
+                  highlight=False)
+    console.print(best_line(metrics), highlight=False)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["serve_app", "device_app"]
@@ -54,12 +54,12 @@ def _serve(algorithm: str, config: Path, devices: int, out: Path, overrides: lis
     # cohorts that cannot fit the devices, or never reach min_clients, are refused before any work
     check_run_arguments([None] * devices, 1, cfg.federated.min_clients, None, cfg.federated.make_sampler())
     work = out.parent / f".{out.name}.prepare"  # the operator's caches, outside the kit
-    with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
+    with make_console(stderr=True).status(f"preparing {algorithm} ({cfg.name}) on the operator's data"):
         federation, write = module.operator_side(cfg, work, devices, **options)
         kit = write_serve_kit(out, federation, write, hosts=hosts, port=port,
                               client_timeout=client_timeout if client_timeout > 0 else None)
     info = json.loads((kit / "kit.json").read_text())
-    con = Console()
+    con = make_console()
     con.print(f"{devices} devices, {federation.rounds} rounds"
               + (", secure aggregation" if getattr(federation.secagg, "enabled", False) else "")
               + (", differential privacy" if federation.privacy is not None else ""))
@@ -140,7 +140,7 @@ def init(
     d = init_device(folder, bundle=bundle, bundle_hash=bundle_hash, index=index, name=name, inbox=inbox,
                     trusted_apps=tuple(trust_app))
     Device(d.root)  # the bundle builds a model here
-    Console().print(f"device {d.index} ({d.name}): put its N-best files into {d.inbox}")
+    make_console().print(f"device {d.index} ({d.name}): put its N-best files into {d.inbox}")
 
 
 @device_app.command("serve")
@@ -160,7 +160,7 @@ def serve(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll otherwise
     device = Device(folder, replay=replay)
     counts = serve_loop(device, runtime_api, max_tasks=max_tasks)
-    Console().print(f"tasks: {counts}")
+    make_console().print(f"tasks: {counts}")
 
 
 @device_app.command("rescore")
@@ -190,7 +190,7 @@ def rescore(
             tmp.unlink(missing_ok=True)
             raise
     tmp.replace(out)
-    Console().print(f"{len(best)} utterances -> {out}")
+    make_console().print(f"{len(best)} utterances -> {out}")
 
 
 @device_app.command("replay")
@@ -206,7 +206,7 @@ def replay(
     from privasr.device.folder import write_replay
 
     made = write_replay(load_nbest(nbest), out, key=key, rounds=rounds)
-    con = Console()
+    con = make_console()
     for i, (name, folder) in enumerate(made):
         con.print(f"device {i}: {name} -> {folder}")
 
@@ -218,7 +218,7 @@ def status(folder: Path = typer.Argument(..., help="The device's folder.")) -> N
 
     d = DeviceFolder(folder)
     led = d.ledger()
-    con = Console()
+    con = make_console()
     for r in d.taken_rounds():
         con.print(f"round {r}: {len(led['rounds'][str(r)])} file(s)")
     for name, e in sorted(led["files"].items()):

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["app", "split", "run", "credentials"]
@@ -55,10 +55,10 @@ def split(
     except InputError as e:
         raise e.at(config) from None
     work = out.parent / f".{out.name}.prepare"  # the runner's caches: server side, outside the kit
-    with Console(stderr=True).status(f"preparing {algorithm} ({cfg.name})"):
+    with make_console(stderr=True).status(f"preparing {algorithm} ({cfg.name})"):
         federation = module.federation(cfg, work)
         kit = write_kit(out, federation, hosts=hosts, port=port)
-    con = Console()
+    con = make_console()
     con.print(f"{len(federation.clients)} client folders, {federation.rounds} rounds"
               + (", secure aggregation" if getattr(federation.secagg, "enabled", False) else "")
               + (", differential privacy" if federation.privacy is not None else ""))
@@ -88,7 +88,7 @@ def run(
         raise ConfigError("--devices is for kits written by `privasr serve`", expected="a serve kit")
     info = read_kit(kit)
     what = f"running {info.get('name') or 'the kit'}: {info['clients']} SuperNodes"
-    with Console(stderr=True).status(f"{what}, starting") as status:
+    with make_console(stderr=True).status(f"{what}, starting") as status:
         def progress(done: int) -> None:
             status.update(f"{what}, round {done} of {info['rounds']} done")
 
@@ -102,7 +102,7 @@ def run(
                   data={k: {"path": f"data/{k}", "sha256": v}  # the kit's client folders, hashed when written
                         for k, v in info.get("client_folders", {}).items()},
                   extra={"history": [h.to_dict() for h in result.history]})
-    con = Console()
+    con = make_console()
     private = "epsilon" in last  # a DP run publishes no count of the clients that reported (docs/privacy.md)
     con.print(f"{len(result.history)} rounds, "
               + ("clients per round not published (differential privacy)" if private
@@ -118,7 +118,7 @@ def _run_serve(kit: Path, devices: list[Path], timeout: float | None, replays: l
 
     info = read_serve_kit(kit)
     what = f"running {info.get('name') or 'the kit'}: {info['devices']} devices"
-    with Console(stderr=True).status(f"{what}, starting") as status:
+    with make_console(stderr=True).status(f"{what}, starting") as status:
         def progress(done: int) -> None:
             status.update(f"{what}, round {done} of {info['rounds']} done")
 
@@ -131,7 +131,7 @@ def _run_serve(kit: Path, devices: list[Path], timeout: float | None, replays: l
     write_results(kit, config=info, seed=info.get("run", {}).get("seed"), metrics=metrics,
                   data={"bundle": {"path": "bundle", "sha256": info["bundle"]}},
                   extra={"history": [h.to_dict() for h in result.history]})
-    Console().print(f"{len(result.history)} rounds; [bold]results:[/] {kit / 'results.json'}")
+    make_console().print(f"{len(result.history)} rounds; [bold]results:[/] {kit / 'results.json'}")
 
 
 @app.command("credentials")
@@ -145,6 +145,6 @@ def credentials(
     from privasr.federated.credentials import DEFAULT_HOSTS, make_credentials
 
     c = make_credentials(out, nodes=nodes, hosts=tuple(hosts) or DEFAULT_HOSTS)
-    con = Console()
+    con = make_console()
     con.print(f"CA {c.ca_cert}, SuperLink {c.server_cert} (+ key), {nodes} SuperNode key pairs in {c.folder / 'nodes'}")
     con.print("flower-superlink " + " ".join(c.superlink_args()))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["app", "run"]
@@ -39,9 +39,9 @@ def run(
         cfg = load_fedlm_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with output_dir(out), Console(stderr=True).status(f"FedLM ({cfg.name})"):
+    with output_dir(out), make_console(stderr=True).status(f"FedLM ({cfg.name})"):
         m = run_fedlm(cfg, out, argv=_command_line())
-    con = Console()
+    con = make_console()
     line = (f"perplexity {m['ppl']:.2f} (unadapted {m['ppl_baseline']:.2f}"
             + (f", all utterances {m['ppl_all_utts']:.2f}" if "ppl_all_utts" in m else "") + ")")
     if "wer" in m:

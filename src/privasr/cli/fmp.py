@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["app", "run", "compare_deployment"]
@@ -39,10 +39,10 @@ def run(
         cfg = load_fmp_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with output_dir(out), Console(stderr=True).status(f"FMP ({cfg.name})"):
+    with output_dir(out), make_console(stderr=True).status(f"FMP ({cfg.name})"):
         m = run_fmp(cfg, out, argv=_command_line())
     print_warnings(m)
-    con = Console()
+    con = make_console()
     con.print(f"test WER {100 * m['wer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}%, relative "
               f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}), T = {m['rounds']}, "
               f"lam = {m['lam']:g}" + (f", epsilon = {m['epsilon']:.3g}" if "epsilon" in m else ""))
@@ -71,8 +71,8 @@ def compare_deployment(
         cfg = load_fmp_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with output_dir(out), Console(stderr=True).status(f"simulating {cfg.name}"):
+    with output_dir(out), make_console(stderr=True).status(f"simulating {cfg.name}"):
         m = compare(cfg, hyp, out, state=state, argv=_command_line())
-    Console().print(f"test WER: simulation {100 * m['wer_simulation']:.2f}%, deployment "
+    make_console().print(f"test WER: simulation {100 * m['wer_simulation']:.2f}%, deployment "
                     f"{100 * m['wer_deployment']:.2f}%; {m['utterances_differing']} of {m['utterances']} "
                     "utterances differ")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["app", "run", "compare"]
@@ -39,13 +39,13 @@ def run(
         cfg = load_ftl_config(raw)
     except InputError as e:
         raise e.at(config) from None
-    with output_dir(out), Console(stderr=True).status(f"FTL ({cfg.name})"):
+    with output_dir(out), make_console(stderr=True).status(f"FTL ({cfg.name})"):
         m = run_ftl(cfg, out, argv=_command_line())
-    Console().print(
+    make_console().print(
         f"test WER {100 * m['wer']:.2f}% CER {100 * m['cer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}% / "
         f"{100 * m['cer_baseline']:.2f}%); rounds to target loss {m['target_loss']:.4f}: {m['rounds_to_target']} "
         f"vs {m['rounds_to_target_baseline']}")
-    Console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+    make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 
 @app.command("compare")
@@ -68,7 +68,7 @@ def compare(
     if out is not None:
         check_output_dir(out)
     r = compare_runs([str(p) for p in runs], a, b, resamples=resamples, confidence=confidence, seed=seed)
-    con = Console()
+    con = make_console()
     for row in r["per_run"]:
         con.print(f"{row['run']}: {a} {100 * row['wer_a']:.2f}%  {b} {100 * row['wer_b']:.2f}%  MAPSSWE p = "
                   f"{row['mapsswe_p']:.3g} ({row['mapsswe_better']})")

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["app", "parse_prune", "read_vocab"]
 
 app = typer.Typer(help="Train, score and adapt language models (ARPA n-grams, class LMs, interpolation, FMA).",
                   no_args_is_help=True)
-err_console = Console(stderr=True)
-out_console = Console()
+err_console = make_console(stderr=True)
+out_console = make_console()
 
 
 def parse_prune(text: str | None) -> list[int] | None:

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["register", "parse_weights"]
 
-out_console = Console()
+out_console = make_console()
 
 
 def parse_weights(text: str) -> list[float]:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 __all__ = ["register"]
 
-out_console = Console()
-err_console = Console(stderr=True)
+out_console = make_console()
+err_console = make_console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -26,10 +26,11 @@ _NEIGHBORING_HELP = ("'add_or_remove_one' or 'replace_one' (needed for sampling 
 
 def _warn(message: str) -> None:
     """One ``warning:`` line on stderr."""
-    from rich.console import Console
     from rich.text import Text
 
-    Console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), message), highlight=False, soft_wrap=True)
+    from privasr.cli._console import make_console
+
+    make_console(stderr=True).print(Text.assemble(("warning: ", "bold yellow"), message), highlight=False, soft_wrap=True)
 
 
 def _finite(x: float | None) -> float | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 
@@ -42,7 +42,7 @@ def report(
         raise InputError(f"nothing to draw in {', '.join(map(str, runs))}",
                          expected="results.json with a round history, tables, per-client or per-system WERs, a "
                                   "reliability curve or audit sections")
-    con = Console()
+    con = make_console()
     if out is not None:
         lines = ["# privasr report", "", "Runs (each a series of the plots):", "",
                  *[f"- {lab}: `{p}`" for lab, p in zip(_labels(runs), runs, strict=True)], "",

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
+from privasr.cli._console import make_console
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["app", "run", "flags_to_overrides", "print_warnings"]
@@ -63,7 +63,7 @@ def print_warnings(metrics: dict[str, Any]) -> None:
     """Each of a run's ``warnings`` (dev/test overlap, a tiny test set) as one ``warning:`` line on stderr."""
     from rich.text import Text
 
-    con = Console(stderr=True, soft_wrap=True)
+    con = make_console(stderr=True)
     for w in metrics.get("warnings") or ():
         con.print(Text.assemble(("warning: ", "bold yellow"), str(w)), highlight=False)
 
@@ -108,11 +108,11 @@ def run(
         cfg = load_config(raw)
     except InputError as e:  # name the config file when the problem is in it
         raise (e.at(config) if config is not None else e) from None
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
     print_warnings(metrics)
-    con = Console()
+    con = make_console()
     if metrics.get("wer") is not None:
         base = "baseline" if "baseline" in metrics else "first pass"
         con.print(f"test WER {100 * metrics['wer']:.2f}% ({base} {100 * metrics['wer_baseline']:.2f}%, "

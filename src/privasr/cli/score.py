@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from privasr.cli._console import make_console
 from privasr.corpus.records import NBest, Transcript
 from privasr.errors import InputError
 from privasr.results import write_results
 
 app = typer.Typer(help="Score recognition output: WER, and compare two systems (MAPSSWE, bootstrap).",
                   no_args_is_help=True)
-out_console = Console()
+out_console = make_console()
 
 _ALIASES = {"kaldi": "kaldi-text"}
 _FORMAT_HELP = ("Format of every input: 'auto' (detected from the content like 'privasr data inspect': JSON Lines "
@@ -268,8 +268,10 @@ def wer_cmd(
 @app.command("compare")
 def compare_cmd(
     ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn, Kaldi text, or N-best lists with 'ref').")],
-    hyp_a: Annotated[Path, typer.Argument(help="System A's hypotheses (or N-best lists: their 1-best).")],
-    hyp_b: Annotated[Path, typer.Argument(help="System B's hypotheses (or N-best lists: their 1-best).")],
+    hyp_a: Annotated[Path, typer.Argument(help="System A, the system being judged: its hypotheses (or N-best lists: "
+                                         "their 1-best).")],
+    hyp_b: Annotated[Path, typer.Argument(help="System B, the baseline: its hypotheses (or N-best lists: their "
+                                         "1-best). Every difference is A minus B.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write DIR/results.json (config, seed, version, metrics).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap's random generator.")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", help="Number of bootstrap resamples.")] = 1000,
@@ -323,7 +325,7 @@ def compare_cmd(
 
     verdict = {"A": f"A ({hyp_a.name}) is better", "B": f"B ({hyp_b.name}) is better",
                "same": "no significant difference"}[mp.better]
-    table = Table(title=f"A = {hyp_a.name}  vs  B = {hyp_b.name}  (reference {ref.name}, {len(refs):,} utterances)")
+    table = Table(title=f"A = {hyp_a} (system)  vs  B = {hyp_b} (baseline); reference {ref}, {len(refs):,} utterances")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("WER A", f"{_pct(wa.wer)}  ({wa.errors:,} / {wa.ref_words:,})")
@@ -335,8 +337,8 @@ def compare_cmd(
     table.add_row("MAPSSWE Z", f"{mp.z:.3f}")
     table.add_row("MAPSSWE p (two-sided)", f"{mp.p:.3g}" if mp.p > 0 else f"10^{mp.log10_p:.1f}")
     table.add_row(f"MAPSSWE verdict (alpha {alpha:g})", verdict, style="bold")
-    table.add_row("WER A - WER B", f"{100 * bs.difference:+.2f} points")
-    table.add_row(f"bootstrap {100 * confidence:g}% CI ({resamples:,} resamples)",
+    table.add_row(f"WER(A: {hyp_a.name}) - WER(B: {hyp_b.name})", f"{100 * bs.difference:+.2f} points")
+    table.add_row(f"bootstrap {100 * confidence:g}% CI of WER(A) - WER(B) ({resamples:,} resamples)",
                   f"[{100 * bs.ci_low:+.2f}, {100 * bs.ci_high:+.2f}] points")
     table.add_row("P(A better) over resamples", f"{bs.prob_a_better:.3f}")
     out_console.print(table)

@@ -33,6 +33,7 @@ Each capability adds its method here, as a row of the WER table in ``report.md``
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -67,8 +68,10 @@ def systems_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _ngram_rescoring(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest]) -> tuple[list[NBest], dict[str, Any]]:
-    """Rescore ``test`` with a background-text trigram; weights (first-pass LM, new LM, word penalty) tuned on ``dev``."""
+def _ngram_rescoring(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest]
+                     ) -> tuple[list[NBest], dict[str, Any], Any]:
+    """Rescore ``test`` with a background-text trigram; weights (first-pass LM, new LM, word penalty) tuned on ``dev``
+    (the search result, with the dev errors, is returned too)."""
     from privasr.lm.ngram.mkn import train_mkn
     from privasr.rescore import Combination, SearchSpace, rescore, score_table, tune
 
@@ -79,7 +82,7 @@ def _ngram_rescoring(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest]) 
     grid = tuple(round(0.5 * k, 1) for k in range(0, 41))
     space = SearchSpace({"lm": grid, "bg3": grid, "word_penalty": tuple(round(0.5 * k, 1) for k in range(-40, 41))})
     result = tune(dev, score_table(dev, {"bg3": lm}), combination, space, method="coordinate")
-    return rescore(test, combination, result.weights, {"bg3": lm}), dict(result.weights)
+    return rescore(test, combination, result.weights, {"bg3": lm}), dict(result.weights), result
 
 
 def _fmp(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], weights: dict[str, Any], seed: int,
@@ -110,7 +113,7 @@ def _fmp(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], weights: dic
     for lam in (0.25, 0.5, 1.0, 2.0):
         chosen, _, _ = simulate(clients["dev"], u, fmp, lam, rounds, seed=seed)
         trace.append((wer(dev_refs, [nb.hyps[chosen[nb.utt_id]].words for nb in dev]).errors, lam))
-    out["lam"] = min(trace)[1]
+    out["dev_errors"], out["lam"] = min(trace)
     chosen, _, _ = simulate(clients["test"], u, fmp, out["lam"], rounds, seed=seed)
     out["words"] = [nb.hyps[chosen[nb.utt_id]].words for nb in test]
     out["rounds"] = rounds
@@ -151,7 +154,10 @@ def _fedlm(out: Path, seed: int) -> dict[str, Any] | None:
         "rescore": {"ranges": {"lm": [0, 4, 0.5], "nnlm": [0, 4, 0.5], "word_penalty": [-4, 4, 1]},
                     "with_baseline": True},
         "eval": {"bootstrap_resamples": 200}})
-    return run_fedlm(cfg, out / "fedlm")
+    metrics = dict(run_fedlm(cfg, out / "fedlm"))
+    rescored = json.loads((out / "fedlm" / "results.json").read_text(encoding="utf-8")).get("rescore") or {}
+    metrics.update({k: rescored[k] for k in ("dev_errors_baseline", "dev_errors_adapted") if k in rescored})
+    return metrics
 
 
 def _anon(out: Path, seed: int) -> dict[str, Any]:
@@ -287,7 +293,8 @@ def _read_corpus(corpus: Path) -> tuple[list[NBest], list[NBest], dict[str, Any]
 
 
 def _first_pass(test: Sequence[NBest], seed: int) -> _FirstPass:
-    """1-best and oracle WER of ``test``, MAPSSWE and a paired bootstrap interval between them."""
+    """1-best and oracle WER of ``test``, MAPSSWE and a paired bootstrap interval of WER(oracle) - WER(1-best)
+    (system minus baseline, as every interval privasr prints)."""
     from privasr.metrics import mapsswe, oracle_indices, paired_bootstrap, wer
 
     refs = [nb.ref or () for nb in test]
@@ -296,7 +303,7 @@ def _first_pass(test: Sequence[NBest], seed: int) -> _FirstPass:
     a, b = wer(refs, onebest, aligner="sclite"), wer(refs, oracle, aligner="sclite")
     ids = [nb.utt_id for nb in test]
     sig = mapsswe(refs, onebest, oracle, ids=ids)
-    boot = paired_bootstrap(a.utt_errors, b.utt_errors, a.utt_ref_words, seed=seed)
+    boot = paired_bootstrap(b.utt_errors, a.utt_errors, a.utt_ref_words, seed=seed)  # oracle minus 1-best
     return _FirstPass(refs, ids, onebest, a, b, sig, boot)
 
 
@@ -304,10 +311,12 @@ def _ngram_stage(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], firs
     """Background-trigram rescoring (:func:`_ngram_rescoring`), scored against the 1-best."""
     from privasr.metrics import mapsswe, wer
 
-    rescored, tuned = _ngram_rescoring(corpus, dev, test)
+    rescored, tuned, search = _ngram_rescoring(corpus, dev, test)
     words = [nb.best.words for nb in rescored]
     return _Method(words, wer(first.refs, words, aligner="sclite"),
-                   mapsswe(first.refs, words, first.onebest, ids=first.ids), {"weights": tuned})
+                   mapsswe(first.refs, words, first.onebest, ids=first.ids),
+                   {"weights": tuned, "dev_errors": search.errors, "dev_errors_1best": search.baseline_errors,
+                    "dev_ref_words": search.ref_words})
 
 
 def _fmp_stage(corpus: Path, dev: Sequence[NBest], test: Sequence[NBest], first: _FirstPass, ngram: _Method,
@@ -349,26 +358,64 @@ def _client_wers(per_client: list[dict[str, Any]], test: Sequence[NBest], system
             row[f"wer_{name}"] = errs / words if words else None
 
 
+_ONE_BEST = "first-pass 1-best"
+_NGRAM = "n-gram rescoring (background 3-gram, tuned on dev)"
+_NNLM = "tiny NNLM rescoring (background text, tuned on dev)"
+_NNLM_ADAPTED = ("the same NNLM fine-tuned federatedly by the dev clients (3 rounds, token-confidence loss, FedAdam), "
+                 "interpolated with it")
+
+
+def _fmp_name(fmp: _Method) -> str:
+    return f"FMP of that rescoring (T = {fmp.info['rounds']}, lam {fmp.info['lam']:g} tuned on dev)"
+
+
+def _best_on_dev(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None) -> dict[str, Any]:
+    """The system with the fewest dev errors (all are tuned and scored on the same dev clients; the first pass wins
+    ties), with its dev and test WER. Systems without a dev figure (FMP with DP, which runs on the test clients
+    only) are not candidates; the oracle is a bound, not a system."""
+    words = ngram.info["dev_ref_words"]
+    cands: list[tuple[int, int, str, float]] = [
+        (ngram.info["dev_errors_1best"], 0, _ONE_BEST, first.onebest_wer.wer),
+        (ngram.info["dev_errors"], 1, _NGRAM, ngram.wer.wer),
+        (fmp.info["dev_errors"], 2, _fmp_name(fmp), fmp.wer.wer)]
+    if fedlm is not None and "dev_errors_adapted" in fedlm:
+        cands += [(fedlm["dev_errors_baseline"], 3, _NNLM, fedlm["wer_baseline"]),
+                  (fedlm["dev_errors_adapted"], 4, _NNLM_ADAPTED, fedlm["wer"])]
+    errors, order, name, test_wer = min(cands)
+    return {"system": name, "dev_errors": errors, "dev_wer": errors / words if words else None, "test_wer": test_wer,
+            "dev_ref_words": words, "index": order,
+            "candidates": [{"system": c[2], "dev_errors": c[0]} for c in sorted(cands, key=lambda c: c[1])]}
+
+
 def _systems_rows(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
                   ) -> list[dict[str, Any]]:
     """The WER table's rows: 1-best, the rescoring methods, the oracle."""
-    rows = [_wer_row("first-pass 1-best", first.onebest_wer),
-            _wer_row("n-gram rescoring (background 3-gram, tuned on dev)", ngram.wer),
-            _wer_row(f"FMP of that rescoring (T = {fmp.info['rounds']}, lam {fmp.info['lam']:g} tuned on dev)",
-                     fmp.wer)]
+    rows = [_wer_row(_ONE_BEST, first.onebest_wer),
+            _wer_row(_NGRAM, ngram.wer),
+            _wer_row(_fmp_name(fmp), fmp.wer)]
     if fmp.dp_wer is not None:
         rows.append(_wer_row(f"FMP with Laplace DP (epsilon {fmp.info['epsilon']:.3g}, utterance level)",
                              fmp.dp_wer))
     if fedlm is not None:
-        for name, w, c in (
-                ("tiny NNLM rescoring (background text, tuned on dev)", fedlm["wer_baseline"],
-                 fedlm["wer_baseline_counts"]),
-                ("the same NNLM fine-tuned federatedly by the dev clients (3 rounds, token-confidence loss, "
-                 "FedAdam), interpolated with it", fedlm["wer"], fedlm["wer_counts"])):
+        for name, w, c in ((_NNLM, fedlm["wer_baseline"], fedlm["wer_baseline_counts"]),
+                           (_NNLM_ADAPTED, fedlm["wer"], fedlm["wer_counts"])):
             rows.append({"system": name, "wer": w, "sub": c["sub"], "del": c["del"], "ins": c["ins"],
                          "words": c["ref_words"]})
     rows.append(_wer_row("N-best oracle (upper bound)", first.oracle_wer))
     return rows
+
+
+def _against_first_pass(first: _FirstPass, ngram: _Method, fmp: _Method, best: dict[str, Any]) -> Any:
+    """MAPSSWE of the best system against the first pass: n-gram rescoring's own test, FMP's computed here; ``None``
+    for the first pass itself and for the NNLM systems (their words stay in ``fedlm/``, their MAPSSWE there is
+    against the tiny NNLM)."""
+    from privasr.metrics import mapsswe
+
+    if best["system"] == _NGRAM:
+        return ngram.sig
+    if best["system"] == _fmp_name(fmp):
+        return mapsswe(first.refs, fmp.words, first.onebest, ids=first.ids)
+    return None
 
 
 def _metrics(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
@@ -377,13 +424,19 @@ def _metrics(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, A
     """``results.json``'s metrics."""
     one = first.onebest_wer.wer
     per_client, devices = views["per_client"], views["devices"]
+    best = _best_on_dev(first, ngram, fmp, fedlm)
+    sig = _against_first_pass(first, ngram, fmp, best)
     return {
-        # the shared metric names describe the best method so far against the first-pass baseline
-        "wer": ngram.wer.wer,
+        # the shared metric names describe the system that is best on dev (wer_system) against the first pass
+        "wer": best["test_wer"],
+        "wer_system": best["system"],
+        "wer_dev": best["dev_wer"],
         "wer_baseline": one,
-        "wer_rel_change": (ngram.wer.wer - one) / one if one > 0 else None,
-        "mapsswe_z": ngram.sig.z,
-        "mapsswe_p": ngram.sig.p,
+        "wer_baseline_system": _ONE_BEST,
+        "wer_rel_change": (best["test_wer"] - one) / one if one > 0 else None,
+        "mapsswe_z": None if sig is None else sig.z,
+        "mapsswe_p": None if sig is None else sig.p,
+        "best_on_dev": best,
         "wer_1best": one,
         "wer_oracle": first.oracle_wer.wer,
         "wer_ngram_rescoring": ngram.wer.wer,
@@ -414,6 +467,27 @@ def _metrics(first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, A
     }
 
 
+def best_line(metrics: dict[str, Any]) -> str:
+    """The demo's headline: the system best on the dev clients, its dev and test WER, against the first pass.
+
+    >>> print(best_line({"wer_system": "n-gram rescoring", "wer_dev": 0.2, "wer": 0.15, "wer_baseline": 0.16,
+    ...                  "wer_baseline_system": "first-pass 1-best"}))
+    best on the dev clients: n-gram rescoring (dev WER 20.00%); test WER 15.00% against the first-pass 1-best's 16.00%
+    """
+    one, best = metrics["wer_baseline"], metrics["wer"]
+    if metrics["wer_system"] == metrics["wer_baseline_system"]:
+        return (f"no method beats the {metrics['wer_baseline_system']} on the dev clients (dev WER "
+                f"{100 * metrics['wer_dev']:.2f}%); its test WER {100 * one:.2f}%")
+    return (f"best on the dev clients: {metrics['wer_system']} (dev WER {100 * metrics['wer_dev']:.2f}%); test WER "
+            f"{100 * best:.2f}% against the {metrics['wer_baseline_system']}'s {100 * one:.2f}%")
+
+
+def _best_sentence(metrics: dict[str, Any]) -> str:
+    """:func:`best_line` as a report sentence (the system chosen on dev, never on test)."""
+    line = best_line(metrics)
+    return line[0].upper() + line[1:] + ". The choice is made on the dev clients only; the test clients are scored once."
+
+
 def _report(out: Path, seed: int, preset: str, stats: dict[str, Any], rows: list[dict[str, Any]],
             first: _FirstPass, ngram: _Method, fmp: _Method, fedlm: dict[str, Any] | None,
             ftl: dict[str, Any] | None, anon: dict[str, Any], views: dict[str, Any], metrics: dict[str, Any],
@@ -436,8 +510,11 @@ def _report(out: Path, seed: int, preset: str, stats: dict[str, Any], rows: list
         "",
         systems_table(rows),
         "",
+        _best_sentence(metrics),
+        "",
         f"MAPSSWE, 1-best vs oracle: {sig.n} segments, Z = {sig.z:.3f}, p = {sig.p:.3g}. "
-        f"Paired bootstrap 95% interval of the WER difference: [{_pct(boot.ci_low)}, {_pct(boot.ci_high)}] points.",
+        f"Paired bootstrap 95% interval of WER(N-best oracle) - WER(first-pass 1-best): "
+        f"[{100 * boot.ci_low:+.2f}, {100 * boot.ci_high:+.2f}] points.",
         f"MAPSSWE, n-gram rescoring vs 1-best: Z = {sig_ngram.z:.3f}, p = {sig_ngram.p:.3g}; weights tuned on the dev "
         f"clients: {ngram.info['weights']}.",
         f"MAPSSWE, FMP vs n-gram rescoring: Z = {sig_fmp.z:.3f}, p = {sig_fmp.p:.3g} (clients send only sparse "

@@ -656,8 +656,8 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
             f"(log10 p = {m['mapsswe_log10_p']:.2f}), {m['mapsswe_segments']} segments, better: "
             f"{m['mapsswe_better']}. Paired bootstrap {100 * m['bootstrap_confidence']:.0f}% CI of "
             f"WER(rescored) - WER({'baseline' if m.get('baseline') else 'first pass'}): "
-            f"[{100 * m['bootstrap_ci_low']:.2f}, "
-            f"{100 * m['bootstrap_ci_high']:.2f}] points ({m['bootstrap_resamples']} resamples, "
+            f"[{100 * m['bootstrap_ci_low']:+.2f}, "
+            f"{100 * m['bootstrap_ci_high']:+.2f}] points ({m['bootstrap_resamples']} resamples, "
             f"P(improvement) = {m['bootstrap_prob_improvement']:.3f}).", ""]
         if "mapsswe_p_vs_first_pass_retuned" in m:
             lines += [f"Against the retuned first pass (no new LM): MAPSSWE p = "

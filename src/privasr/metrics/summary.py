@@ -1,6 +1,7 @@
 """Summary statistics of a data set: counts, and 1-best/oracle WER where references exist.
 
-This is what ``privasr data inspect`` prints. Error rates are fractions.
+This is what ``privasr data inspect`` prints. Error rates are fractions; substitutions, deletions and insertions
+come from sclite's alignment (:mod:`privasr.metrics.align`), as in ``privasr score`` and every runner's table.
 
 >>> from privasr.corpus.records import Hypothesis, NBest
 >>> nbs = [NBest("u1", (Hypothesis(("a", "x")), Hypothesis(("a", "b"))), client="c1", ref=("a", "b")),
@@ -56,7 +57,7 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
         normed = [NBest(nb.utt_id, tuple(Hypothesis(norm(h.words)) for h in nb), ref=norm(nb.ref or ()))
                   for nb in nbests]
         out["words"] = sum(len(nb.ref or ()) for nb in normed)
-        one = wer([nb.ref or () for nb in normed], [nb.best.words for nb in normed])
+        one = wer([nb.ref or () for nb in normed], [nb.best.words for nb in normed], aligner="sclite")
         orc = oracle_wer(normed)
         out["wer_1best"] = one.wer
         out["wer_oracle"] = orc.wer
@@ -116,7 +117,7 @@ def transcript_stats(
         markup = sclite_markup and "sclite_alternations" in out
         res = (wer([map_words(r, norm) for r in R], [map_words(t.words, norm) for t in scored], aligner="sclite",
                    conventions=Conventions(case_sensitive=True)) if markup
-               else wer([norm(r) for r in R], [norm(t.words) for t in scored]))
+               else wer([norm(r) for r in R], [norm(t.words) for t in scored], aligner="sclite"))
         out["hyp_words"] = out["words"]
         out["words"] = res.ref_words
         out["wer_1best"] = res.wer
