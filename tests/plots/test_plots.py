@@ -53,7 +53,7 @@ def test_table_sweeps_axes_groups_and_baseline(fmp_results, fedlm_results):
     assert set(noise) == {"table_loss", "table_noise"}
     wer_panel, ppl_panel = noise["table_noise"].figure.axes
     assert list(wer_panel.get_lines()[0].get_xdata()) == [3.8, 27.8]  # finite epsilons, sorted
-    assert "no noise (epsilon inf)" in _lines(noise["table_noise"]) and ppl_panel.get_ylabel() == "perplexity"
+    assert "no noise (epsilon inf)" in _lines(noise["table_noise"]) and ppl_panel.get_ylabel() == "test perplexity"
 
 
 def test_reliability_diagram_skips_empty_bins(fedlm_results):

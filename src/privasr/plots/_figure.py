@@ -34,11 +34,16 @@ class PlotsUnavailable(PrivasrError):
 
 @dataclass
 class Plot:
-    """A drawn figure: ``name`` is its file stem (``rounds`` -> ``rounds.png``), ``title`` its caption."""
+    """A drawn figure: ``name`` is its file stem (``rounds`` -> ``rounds.png``), ``title`` its caption, also drawn
+    as the figure's title when the plot gave it none."""
 
     name: str
     title: str
     figure: Any
+
+    def __post_init__(self) -> None:
+        if self.figure is not None and getattr(self.figure, "_suptitle", None) is None:
+            self.figure.suptitle(self.title)
 
     def save(self, folder: str | Path) -> Path:
         """Write ``folder/<name>.png`` (100 dpi), close the figure and return the path."""
@@ -60,6 +65,7 @@ def pyplot() -> Any:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
+    plt.style.use("tableau-colorblind10")  # colour-blind-safe colours for C0, C1, ... (matplotlib's own style)
     return plt
 
 

@@ -159,6 +159,7 @@ def epsilon_bounds(runs: Sequence[Run]) -> list[Plot]:
         ax.scatter([x for x, _ in acc], [y for _, y in acc], marker="*", s=150, color="C3", zorder=3,
                    label="accountant's epsilon")
     ax.set_xticks(xs, [n for n, _ in games], rotation=20, ha="right")
+    ax.set_xlabel("membership game")
     ax.set_ylabel("epsilon")
     ax.set_title("Membership games: empirical epsilon lower bound and the accountant's epsilon")
     ax.grid(axis="y", alpha=0.3)

@@ -51,6 +51,12 @@ def _integer_rounds(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+_METRIC_LABELS = {"loss": "training loss (the clients' objective)", "eval_ppl": "perplexity", "ppl": "perplexity",
+                  "update_norm": "update L2 norm", "clients": "clients reporting", "qbar_mass": "counts in q-bar",
+                  "changed": "1-best changes", "has_qbar": "clients with q-bar"}
+"""The y-axis label of a round-history metric (its name, spaced, when not listed)."""
+
+
 def round_curves(runs: Sequence[Run]) -> list[Plot]:
     """One panel per metric of the round history (``history``), every run a line; metrics that stay
     constant in every run are left out. ``[]`` when no run has a history."""
@@ -69,10 +75,9 @@ def round_curves(runs: Sequence[Run]) -> list[Plot]:
         ax.set_xlabel("round")
         _integer_rounds(ax)
         ax.grid(alpha=0.3)
-        if m.endswith("ppl"):
-            ax.set_ylabel("perplexity")
+        ax.set_ylabel(_METRIC_LABELS.get(m, m.replace("_", " ")))
         legend(ax)
-    fig.suptitle("Per round")
+    fig.suptitle("Federated run, per round")
     return [Plot("rounds", "Per-round metrics of the federated run (round history)", fig)]
 
 
@@ -102,6 +107,7 @@ def ftl_convergence(runs: Sequence[Run]) -> list[Plot]:
                         linestyle="--" if name == "baseline" else "-")
         ax.set_title(title)
         ax.set_xlabel("round")
+        ax.set_ylabel(f"{title} (the model's objective)")
         _integer_rounds(ax)
         ax.grid(alpha=0.3)
     for label, res in runs:
@@ -132,7 +138,8 @@ def _wer_cer_bars(bars: Sequence[tuple[str, float | None, float | None]]) -> Plo
     ax.bar([x - w / 2 for x in xs], [100 * (b[1] or 0.0) for b in bars], w, label="WER")
     ax.bar([x + w / 2 for x in xs], [100 * (b[2] or 0.0) for b in bars], w, label="CER")
     ax.set_xticks(list(xs), [b[0] for b in bars], rotation=30, ha="right")
-    ax.set_ylabel("%")
+    ax.set_xlabel("system")
+    ax.set_ylabel("test error rate (%)")
     ax.set_title("Test WER and CER after the last round")
     ax.grid(axis="y", alpha=0.3)
     legend(ax)

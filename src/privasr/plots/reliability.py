@@ -48,6 +48,8 @@ def reliability_diagram(runs: Sequence[Run]) -> list[Plot]:
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("accuracy (fraction of correct words)")
+    ax.set_xlabel("mean confidence of the bin")
+    ax.xaxis.set_tick_params(labelbottom=True)
     ax.set_title("Reliability diagram of the word confidences")
     ax.grid(alpha=0.3)
     legend(ax)

@@ -47,7 +47,8 @@ SWEEPS: dict[str, _Sweep] = {
 # tables of one categorical column: bars
 CATEGORIES = {"loss": "FedLM: WER and perplexity by training loss",
               "init": "FedLM: WER and perplexity by initialisation"}
-_Y = (("wer", "WER %", 100.0), ("ppl", "perplexity", 1.0))
+_CATEGORY_AXES = {"loss": "training loss of the clients", "init": "initialisation of the NNLM"}
+_Y = (("wer", "test WER (%)", 100.0), ("ppl", "test perplexity", 1.0))
 
 
 def table_sweeps(runs: Sequence[Run]) -> list[Plot]:
@@ -143,6 +144,7 @@ def _categories(name: str, title: str, tables: Sequence[tuple[str, list[Mapping[
             xs = [c + i * width for c in range(len(cats))]
             ax.bar(xs, [scale * (by.get(c) or 0.0) for c in cats], width, label=label or None)
         ax.set_xticks([c + 0.4 - width / 2 for c in range(len(cats))], cats, rotation=20, ha="right")
+        ax.set_xlabel(_CATEGORY_AXES.get(name, name.replace("_", " ")))
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
         lo = min((scale * v for _, rows, _ in tables for r in rows if (v := number(r.get(y))) is not None),

@@ -61,7 +61,8 @@ def system_wers(runs: Sequence[Run]) -> list[Plot]:
     ax.set_yticks([k + 0.4 - height / 2 for k in range(len(names))],
                   [nm if len(nm) <= 60 else nm[:57] + "..." for nm in names])
     ax.invert_yaxis()
-    ax.set_xlabel("test WER %")
+    ax.set_xlabel("test WER (%)")
+    ax.set_ylabel("system")
     ax.grid(axis="x", alpha=0.3)
     legend(ax)
     return [Plot("systems", "Test WER by system", fig)]
@@ -100,7 +101,8 @@ def client_spread(runs: Sequence[Run]) -> list[Plot]:
             ax.scatter([p] * len(d), d, s=10, color=color, zorder=3, label=label if p == pos[0] and label else None)
     ax.set_xticks([k + 0.4 - width / 2 for k in range(len(systems))], [s.replace("_", " ") for s in systems],
                   rotation=20, ha="right")
-    ax.set_ylabel("WER % per client")
+    ax.set_xlabel("system")
+    ax.set_ylabel("WER per client (%)")
     ax.set_title(f"WER over clients ({max(len(v) for _, c in per_run for v in c.values())} clients)")
     ax.grid(axis="y", alpha=0.3)
     legend(ax)
