@@ -74,15 +74,18 @@ def write_results(
     data: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
     filename: str = "results.json",
+    runner: str | None = None,
 ) -> Path:
-    """Write ``out_dir/results.json`` with ``config``, ``seed``, ``version``, ``data`` and ``metrics``.
+    """Write ``out_dir/results.json`` with ``runner``, ``config``, ``seed``, ``version``, ``data`` and ``metrics``.
 
-    ``data`` maps a name to a path (fingerprinted here) or to an already computed fingerprint.
+    ``data`` maps a name to a path (fingerprinted here) or to an already computed fingerprint; ``runner`` names
+    what wrote the run (``fmp``, ``fedlm``, ``rescore``, ...: ``privasr report`` overlays runs of one runner).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fps = {k: (fingerprint(v) if isinstance(v, str | Path) else v) for k, v in (data or {}).items()}
     payload = {
+        **({"runner": runner} if runner is not None else {}),
         "config": to_jsonable(config),
         "seed": seed,
         "version": __version__,

@@ -29,7 +29,7 @@ def test_overlay_two_runs(tmp_path, capsys):
     assert main(["report", str(a), str(b / "results.json"), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     report = (out / "report.md").read_text()
-    assert "- seed0: `" in report and "- seed1: `" in report
+    assert "- seed0, seed 0 (unknown): `" in report and "- seed1, seed 1 (unknown): `" in report
     for name in ("systems", "rounds", "table_rounds"):
         png = out / "plots" / f"{name}.png"
         assert png.read_bytes().startswith(PNG) and png.stat().st_size > 1000
@@ -78,3 +78,17 @@ def test_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: plots need matplotlib") and "'plots' extra" in err and "\n" not in err
     assert not (a / "plots").exists()
+
+
+def test_runs_of_different_runners_are_not_overlaid_unless_asked(tmp_path, capsys):
+    a, b = _run(tmp_path / "a", 0, 0.15), _run(tmp_path / "b", 1, 0.16)
+    for folder, runner in ((a, "fedlm"), (b, "ftl")):
+        res = json.loads((folder / "results.json").read_text())
+        (folder / "results.json").write_text(json.dumps({"runner": runner, **res}))
+    out = tmp_path / "both"
+    assert main(["report", str(a), str(b), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "runs of different runners" in err and "(fedlm)" in err and "(ftl)" in err and "--mixed" in err
+    assert main(["report", str(a), str(b), "--out", str(out), "--mixed"]) == 0
+    assert "(fedlm)" in (out / "report.md").read_text()
+

@@ -9,6 +9,7 @@ Without matplotlib it exits with status 2 and one ``error:`` line naming the ``p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,18 +17,37 @@ from privasr.cli._console import make_console
 from privasr.errors import InputError
 
 
-def _labels(runs: list[Path]) -> list[str]:
-    """Each run's legend label: its folder's name, or the path as given when two names are the same."""
-    names = [(p.parent if p.suffix == ".json" else p).name or str(p) for p in runs]
-    return names if len(set(names)) == len(names) else [str(p) for p in runs]
+def _labels(runs: list[Path], results: list[dict[str, Any]] | None = None) -> list[str]:
+    """Each run's legend label: its config's name (else its folder's) and its seed; the path as given when two
+    labels are the same.
+
+    >>> _labels([Path("a/run1"), Path("b/run2")], [{"config": {"name": "fmp-ami"}, "seed": 0}, {"seed": 1}])
+    ['fmp-ami, seed 0', 'run2, seed 1']
+    """
+    out = []
+    for k, p in enumerate(runs):
+        res = results[k] if results is not None else {}
+        cfg = res.get("config") if isinstance(res.get("config"), dict) else {}
+        name = str(cfg.get("name") or (p.parent if p.suffix == ".json" else p).name or p)
+        seed = res.get("seed")
+        out.append(f"{name}, seed {seed}" if isinstance(seed, int) and not isinstance(seed, bool) else name)
+    return out if len(set(out)) == len(out) else [str(p) for p in runs]
+
+
+def _runner(res: dict[str, Any]) -> str:
+    """The runner that wrote a results.json (``unknown`` for runs written before results.json named it)."""
+    return str(res.get("runner") or "unknown")
 
 
 def report(
     runs: list[Path] = typer.Argument(..., help="Finished runs' output folders (or their results.json)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write DIR/plots/*.png and DIR/report.md (needed "
                                                               "for several runs; one run: RUN_DIR/plots/)."),
+    mixed: bool = typer.Option(False, "--mixed", help="Overlay runs written by different runners (e.g. fedlm and "
+                                                      "ftl); by default only runs of one runner are overlaid."),
 ) -> None:
-    """Redraw the plots of finished runs from their results.json; several runs are overlaid, each a series."""
+    """Redraw the plots of finished runs from their results.json; several runs of one runner (seeds, settings) are
+    overlaid, each a series labelled by its name and seed."""
     from privasr.plots import draw, markdown, read_results
     from privasr.plots._figure import pyplot
 
@@ -35,7 +55,13 @@ def report(
     if len(runs) > 1 and out is None:
         raise InputError(f"{len(runs)} runs and no --out", expected="--out DIR for the overlaid plots")
     results = [read_results(p) for p in runs]
-    labels = _labels(runs) if len(runs) > 1 else [""]
+    kinds = [_runner(r) for r in results]
+    if len(set(kinds)) > 1 and not mixed:
+        shown = ", ".join(f"{p} ({k})" for p, k in zip(runs, kinds, strict=True))
+        raise InputError(f"runs of different runners: {shown}",
+                         expected="runs of one runner (seeds or settings of one experiment), or --mixed to overlay "
+                                  "them anyway")
+    labels = _labels(runs, results) if len(runs) > 1 else [""]
     folder = (out if out is not None else (runs[0].parent if runs[0].suffix == ".json" else runs[0])) / "plots"
     drawn = draw(list(zip(labels, results, strict=True)), folder)
     if not drawn:
@@ -45,7 +71,7 @@ def report(
     con = make_console()
     if out is not None:
         lines = ["# privasr report", "", "Runs (each a series of the plots):", "",
-                 *[f"- {lab}: `{p}`" for lab, p in zip(_labels(runs), runs, strict=True)], "",
+                 *[f"- {lab} ({k}): `{p}`" for lab, k, p in zip(labels, kinds, runs, strict=True)], "",
                  f"Redraw with `privasr report {' '.join(map(str, runs))} --out {out}`."]
         (out / "report.md").write_text("\n".join(lines) + "\n" + markdown(drawn, out), encoding="utf-8")
     for _, path in drawn:

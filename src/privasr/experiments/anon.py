@@ -1087,7 +1087,7 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     extra = {"tables": tables, "systems": rows, "fma": models.fma, "mix": models.mix, "data_info": data_info,
              "models": models.store.info, "ppl_by_lm": ppl, "oov_rate_by_lm": oov, "first_pass_arpa": arpa_info,
              "command": list(argv) if argv is not None else None}
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
+    write_results(out, runner="anon", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   data={"dev": cfg.data.dev, "test": cfg.data.test}, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tables, data_info) + plots_section(out), encoding="utf-8")
     return metrics

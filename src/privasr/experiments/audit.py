@@ -378,7 +378,7 @@ def run_audit(cfg: AuditConfig, out: str | Path, *, argv: Sequence[str] | None =
                     metrics[f"dp_{game}_{run}_eps_lb"] = g[run]["eps_lb"]
                     metrics[f"dp_{game}_{run}_holds"] = g[run]["holds"]
             metrics[f"dp_{game}_epsilon"] = g["release"]["epsilon"]
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
+    write_results(out, runner="audit", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"sections": sections, "command": list(argv) if argv is not None else None})
     (out / "report.md").write_text(_report(cfg, sections) + plots_section(out), encoding="utf-8")
     return metrics

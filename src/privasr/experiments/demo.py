@@ -620,7 +620,7 @@ def run_demo(out: str | Path, *, seed: int = 0, preset: str = "small") -> dict[s
                                              "oracle": first.oracle_wer})
     metrics = _metrics(first, ngram, fmp, fedlm, ftl, anon, views, dev, test, clock.timings)
     rows = _systems_rows(first, ngram, fmp, fedlm)
-    write_results(out, config={"preset": preset, "synth": manifest.get("config", {})}, seed=seed,
+    write_results(out, runner="demo", config={"preset": preset, "synth": manifest.get("config", {})}, seed=seed,
                   metrics=metrics, data={"corpus": out / "corpus"},
                   extra={"stats": stats, "per_client": views["per_client"], "systems": rows})
     report = _report(out, seed, preset, stats, rows, first, ngram, fmp, fedlm, ftl, anon, views, metrics)

@@ -1031,7 +1031,7 @@ def write_report(cfg: FedLmRunConfig, out: Path, metrics: Mapping[str, Any], tab
              "confidence": data.confidence_report, "rescore": rescored,
              "reliability": data.reliability.as_dict() if data.reliability is not None else None,
              "command": list(argv) if argv is not None else None}
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=cfg.data.inputs(), extra=extra)
+    write_results(out, runner="fedlm", config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=cfg.data.inputs(), extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tables, data.info, data.reliability) + plots_section(out),
                                    encoding="utf-8")
 

@@ -895,7 +895,8 @@ def compare_deployment(cfg: FmpRunConfig, hyp: str | Path, out: str | Path, *, s
         dstate = load_tree(state)
         metrics["sum_max_abs_diff"] = float(np.max(np.abs(np.asarray(dstate["sum"]) - res.state["sum"])))
         metrics["sum_max_abs"] = float(np.max(np.abs(res.state["sum"])))
-    write_results(out, config={**to_dict(cfg), "argv": list(argv or [])}, seed=cfg.seed, metrics=metrics,
+    write_results(out, runner="fmp-compare-deployment", config={**to_dict(cfg), "argv": list(argv or [])},
+                  seed=cfg.seed, metrics=metrics,
                   data={"hyp": Path(hyp), **({"state": Path(state)} if state is not None else {})})
     lines = [f"# {cfg.name}: the deployment against the simulation", "",
              "| | test WER | errors |", "|---|---:|---:|",
@@ -952,7 +953,7 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     extra = {"nnlm": p.info["nnlm"], "background": bg, "split": p.info.get("split"),
              "history": [h.to_dict() for h in history],
              "tables": tabs, "command": list(argv) if argv is not None else None}
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
+    write_results(out, runner="fmp", config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, tabs, bg) + plots_section(out), encoding="utf-8")
     return metrics
 

@@ -748,7 +748,7 @@ def write_report(cfg: FtlRunConfig, out: Path, metrics: Mapping[str, Any], runs:
     from privasr.plots import plots_section
     from privasr.results import write_results
 
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
+    write_results(out, runner="ftl", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"runs": runs, "centralised": central, "argv": list(argv) if argv else None})
     (out / "report.md").write_text(_report(cfg, metrics, runs, central, seed.eval, seed.valid_loss, argv)
                                    + plots_section(out), encoding="utf-8")

@@ -140,7 +140,7 @@ def write_comparison(out: str | Path, result: Mapping[str, Any], config: Mapping
     from privasr.results import write_results
 
     p, a, b = result["pooled"], result["a"], result["b"]
-    path = write_results(out, config=config, seed=seed, metrics={**p, "per_run": result["per_run"]})
+    path = write_results(out, runner="ftl-compare", config=config, seed=seed, metrics={**p, "per_run": result["per_run"]})
     lines = [f"# FTL runs compared: {a} against {b}", "", f"| run | seed | {a} WER | {b} WER | MAPSSWE p |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['run']} | {r['seed']} | {100 * r['wer_a']:.2f}% | {100 * r['wer_b']:.2f}% | {r['mapsswe_p']:.3g} |"

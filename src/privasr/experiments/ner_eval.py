@@ -90,7 +90,7 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
               "splits": data.ids, "earnings21_label_map": dict(EARNINGS21_TO_LABEL), "leak_labels": list(LEAK_LABELS),
               "common_words": len(common), "gazetteer_names": len(patterns.gazetteer)}
     out = Path(out)
-    write_results(out, config=config, seed=seed, metrics=metrics,
+    write_results(out, runner="ner-eval", config=config, seed=seed, metrics=metrics,
                   data={**{k: str(p) for k, p in data.files.items()}, "speaker_names": str(names_file)})
     (out / "report.md").write_text(report(metrics), encoding="utf-8")
     return metrics

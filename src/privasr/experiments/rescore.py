@@ -589,7 +589,7 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
              "first_pass_retuned": tuning.retuned.to_dict() if tuning.retuned is not None else None,
              "split": data.split, "details": details, "command": list(argv) if argv else None,
              "outputs": {"nbest": str(nbest_path) if nbest_path else None}}
-    write_results(out, config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data.fingerprints, extra=extra)
+    write_results(out, runner="rescore", config=to_dict(cfg), seed=cfg.seed, metrics=metrics, data=data.fingerprints, extra=extra)
     (out / "report.md").write_text(_report(cfg, metrics, lm_info, tuning.result, tuning.retuned, data.split, argv,
                                            nbest_path) + plots_section(out), encoding="utf-8")
     return metrics
