@@ -133,3 +133,25 @@ def test_read_results_errors_name_the_file(tmp_path):
     (tmp_path / "results.json").write_text("[1, 2]")
     with pytest.raises(InputError, match="a JSON list, not an object"):
         read_results(tmp_path / "results.json")
+
+
+def test_system_wers_name_each_system_once_with_reference_lines():
+    """A rescoring run whose baseline is the first pass: one bar (the run's system), the first pass and the oracle
+    as reference lines, not three bars of which two are the same 20.15%."""
+    from privasr.plots.systems import system_wers
+
+    res = {"config": {"name": "AMI trigram rescoring"},
+           "metrics": {"wer": 0.1702, "wer_baseline": 0.2015, "wer_first_pass": 0.2015, "wer_oracle": 0.1206,
+                       "bootstrap_ci_low": -0.035, "bootstrap_ci_high": -0.028}}
+    (p,) = system_wers([("", res)])
+    ax = p.figure.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["AMI trigram rescoring"]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "first-pass 1-best (20.15%)" in legend and "N-best oracle (12.06%)" in legend
+    lo, hi = ax.get_xlim()
+    assert 5 < lo < 12.06 and 20.15 < hi < 30  # zoomed to the data, not from 0
+    res["metrics"]["baseline"] = "rescoring with lm, bg3 (tuned on dev)"
+    res["metrics"].update(wer_baseline=0.18, bootstrap_ci_low=-0.012, bootstrap_ci_high=-0.008)
+    (p,) = system_wers([("", res)])
+    assert [t.get_text() for t in p.figure.axes[0].get_yticklabels()] == [
+        "baseline: rescoring with lm, bg3 (tuned on dev)", "AMI trigram rescoring"]

@@ -22,8 +22,14 @@ _WER_KEY = re.compile(r"^wer(_[a-z0-9_]+)?$")
 _NOT_A_SYSTEM = ("rel_change", "lost", "counts", "range")
 
 
+_FIRST_PASS = re.compile(r"1-best|first[- ]pass", re.I)
+_ORACLE = re.compile(r"oracle", re.I)
+
+
 def _systems(res: Mapping[str, Any]) -> dict[str, float]:
-    """``{system: test WER}`` of one run."""
+    """``{system: test WER}`` of one run, by the systems' human names: the ``systems`` rows, else the shared
+    metrics (``wer`` named by ``wer_system``, the config's name or ``system``; ``wer_baseline`` by ``baseline``,
+    left out when it is the first pass; ``wer_first_pass`` / ``wer_1best`` and ``wer_oracle``)."""
     s = res.get("systems")
     if isinstance(s, Mapping):
         return {str(k): w for k, v in s.items() if isinstance(v, Mapping) and (w := number(v.get("wer"))) is not None}
@@ -32,32 +38,93 @@ def _systems(res: Mapping[str, Any]) -> dict[str, float]:
     if isinstance(res.get("runs"), Mapping):  # FTL: ftl_convergence draws its systems
         return {}
     m = res.get("metrics") or {}
-    out = {}
+    cfg = res.get("config") if isinstance(res.get("config"), Mapping) else {}
+    out: dict[str, float] = {}
+    first = next((w for k in ("wer_first_pass", "wer_1best") if (w := number(m.get(k))) is not None), None)
+    if first is not None:
+        out["first-pass 1-best"] = first
+    base = number(m.get("wer_baseline"))
+    if base is not None and (m.get("baseline") or first is None) and base != first:
+        out[f"baseline: {m['baseline']}" if isinstance(m.get("baseline"), str) else "baseline"] = base
     for k, v in m.items():
         w = number(v)
-        if _WER_KEY.match(k) and not any(t in k for t in _NOT_A_SYSTEM) and w is not None and 0 <= w <= 2:
-            out["system" if k == "wer" else k[4:].replace("_", " ")] = w
+        if (_WER_KEY.match(k) and k not in ("wer", "wer_baseline", "wer_first_pass", "wer_1best", "wer_oracle")
+                and not any(t in k for t in _NOT_A_SYSTEM) and w is not None and 0 <= w <= 2):
+            out[k[4:].replace("_", " ")] = w
+    if (w := number(m.get("wer"))) is not None:
+        out[str(m.get("wer_system") or cfg.get("name") or "system")] = w
+    if (w := number(m.get("wer_oracle"))) is not None:
+        out["N-best oracle"] = w
     return out if len(out) >= 2 else {}
 
 
+def _interval(res: Mapping[str, Any]) -> tuple[str, float, float] | None:
+    """The system's WER interval implied by the bootstrap interval of its difference to the baseline:
+    ``(system name, low, high)`` (WER fractions), or ``None``."""
+    m = res.get("metrics") or {}
+    base, lo, hi = (number(m.get(k)) for k in ("wer_baseline", "bootstrap_ci_low", "bootstrap_ci_high"))
+    if base is None or lo is None or hi is None or res.get("systems"):
+        return None
+    cfg = res.get("config") if isinstance(res.get("config"), Mapping) else {}
+    return str(m.get("wer_system") or cfg.get("name") or "system"), base + lo, base + hi
+
+
 def system_wers(runs: Sequence[Run]) -> list[Plot]:
-    """Horizontal bars of every system's test WER, the runs side by side. ``[]`` when no run names systems."""
-    per_run = [(label, _systems(res)) for label, res in runs]
+    """Horizontal bars of every system's test WER by its human name, the runs side by side; the first pass and
+    the N-best oracle as reference lines; the system's bootstrap interval (of its difference to the baseline,
+    added to the baseline's WER) as a segment across its bar; the WER axis zoomed to the data. ``[]`` when no run names
+    systems.
+
+    >>> res = {"config": {"name": "AMI trigram"}, "metrics": {"wer": 0.155, "wer_baseline": 0.21,
+    ...        "wer_first_pass": 0.21, "wer_oracle": 0.12, "bootstrap_ci_low": -0.06, "bootstrap_ci_high": -0.05}}
+    >>> p = system_wers([("", res)])[0]
+    >>> [t.get_text() for t in p.figure.axes[0].get_yticklabels()]
+    ['AMI trigram']
+    """
+    per_run = [(label, _systems(res), _interval(res)) for label, res in runs]
+    refs: dict[str, list[float]] = {"first-pass 1-best": [], "N-best oracle": []}
+    bars_by_run = []
+    for label, s, ci in per_run:
+        bars = {}
+        for name, w in s.items():
+            if _ORACLE.search(name):
+                refs["N-best oracle"].append(w)
+            elif _FIRST_PASS.search(name) and not name.startswith("baseline"):
+                refs["first-pass 1-best"].append(w)
+            else:
+                bars[name] = w
+        bars_by_run.append((label, bars, ci))
     names: list[str] = []
-    for _, s in per_run:
-        names += [n for n in s if n not in names]
-    if not names:
+    for _, b, _ in bars_by_run:
+        names += [n for n in b if n not in names]
+    if not names and not any(refs.values()):
         return []
-    n = len(per_run)
+    n = len(bars_by_run)
     height = 0.8 / n
-    fig, (ax,) = figure(1, width=8.0, height=max(2.5, 0.35 * len(names) * max(1, n) + 1))
-    for i, (label, s) in enumerate(per_run):
+    fig, (ax,) = figure(1, width=8.0, height=max(2.5, 0.35 * max(1, len(names)) * max(1, n) + 1.2))
+    values: list[float] = []
+    for i, (label, b, ci) in enumerate(bars_by_run):
         ys = [k + i * height for k in range(len(names))]
-        ax.barh(ys, [100 * s.get(nm, 0.0) for nm in names], height, label=label or None)
+        ax.barh(ys, [100 * b.get(nm, 0.0) for nm in names], height, label=label or None, color=f"C{i}")
+        values += [100 * w for w in b.values()]
+        if ci is not None and ci[0] in b:
+            y = ys[names.index(ci[0])]
+            ax.plot([100 * ci[1], 100 * ci[2]], [y, y], color="black", marker="|", markersize=12, linewidth=1.5,
+                    label="bootstrap interval (baseline + the difference's interval)" if i == 0 else None)
+            values += [100 * ci[1], 100 * ci[2]]
         if n == 1:
             for y, nm in zip(ys, names, strict=True):
-                if nm in s:
-                    ax.text(100 * s[nm], y, f" {100 * s[nm]:.2f}", va="center", fontsize="small")
+                if nm in b:
+                    ax.text(100 * b[nm], y, f" {100 * b[nm]:.2f}", va="center", fontsize="small")
+    for (name, ws), style in zip(refs.items(), ("--", ":"), strict=True):
+        for j, w in enumerate(sorted(set(ws))):
+            ax.axvline(100 * w, color="black", linestyle=style, linewidth=1.0,
+                       label=f"{name} ({100 * w:.2f}%)" if j == 0 or len(set(ws)) > 1 else None)
+            values.append(100 * w)
+    if values:
+        lo, hi = min(values), max(values)
+        pad = max(0.5, 0.15 * (hi - lo))
+        ax.set_xlim(max(0.0, lo - pad), hi + 3 * pad)  # room for the values written beside the bars
     ax.set_yticks([k + 0.4 - height / 2 for k in range(len(names))],
                   [nm if len(nm) <= 60 else nm[:57] + "..." for nm in names])
     ax.invert_yaxis()
@@ -65,48 +132,78 @@ def system_wers(runs: Sequence[Run]) -> list[Plot]:
     ax.set_ylabel("system")
     ax.grid(axis="x", alpha=0.3)
     legend(ax)
-    return [Plot("systems", "Test WER by system", fig)]
+    return [Plot("systems", "Test WER by system, with the first pass and the N-best oracle as reference lines", fig)]
+
+
+_CLIENT_NAMES = {"1best": "first-pass 1-best", "oracle": "N-best oracle", "fmp": "FMP",
+                 "ngram_rescoring": "n-gram rescoring"}
+
+
+def _client_name(key: str) -> str:
+    return _CLIENT_NAMES.get(key, key.replace("_", " "))
 
 
 def client_spread(runs: Sequence[Run]) -> list[Plot]:
-    """Per system, each client's WER (a box over clients and the clients as points), the runs side by side.
-    ``[]`` without ``per_client`` rows."""
+    """Client by client against the baseline (``per_client`` rows, one ``wer_<system>`` per system; the baseline
+    is the first pass, ``wer_1best``, else the first column): each client's WER under every system joined by a
+    line, and each system's per-client difference to the baseline (a box without outlier markers, every client a
+    point, so none is drawn twice). ``[]`` without ``per_client`` rows or with one system."""
     per_run = []
     for label, res in runs:
-        rows = rows_of(res.get("per_client"))
-        cols: dict[str, list[float]] = {}
+        rows = [r for r in rows_of(res.get("per_client")) if any(k.startswith("wer_") for k in r)]
+        keys: list[str] = []
         for r in rows:
-            for k, v in r.items():
-                w = number(v)
-                if k.startswith("wer_") and w is not None:
-                    cols.setdefault(k[4:], []).append(100 * w)
-        if cols:
-            per_run.append((label, cols))
+            keys += [k[4:] for k in r if k.startswith("wer_") and k[4:] not in keys]
+        if rows and len(keys) >= 2:
+            per_run.append((label, rows, keys))
     if not per_run:
         return []
     systems: list[str] = []
-    for _, cols in per_run:
-        systems += [s for s in cols if s not in systems]
+    for _, _, keys in per_run:
+        systems += [k for k in keys if k not in systems]
+    base = "1best" if "1best" in systems else systems[0]
+    others = [k for k in systems if k != base]
     n = len(per_run)
+    fig, (ax, diff) = figure(2, width=max(5.0, 1.2 * len(systems) + 1), height=4.2)
     width = 0.8 / n
-    fig, (ax,) = figure(1, width=max(6.0, 1.3 * len(systems) * n), height=4.0)
-    for i, (label, cols) in enumerate(per_run):
-        pos = [k + i * width for k, s in enumerate(systems) if s in cols]
-        data = [cols[s] for s in systems if s in cols]
-        box = ax.boxplot(data, positions=pos, widths=0.8 * width, patch_artist=True, manage_ticks=False)
+    clients = 0
+    for i, (label, rows, _keys) in enumerate(per_run):
         color = f"C{i}"
-        for patch in box["boxes"]:
-            patch.set(facecolor=color, alpha=0.3)
-        for p, d in zip(pos, data, strict=True):
-            ax.scatter([p] * len(d), d, s=10, color=color, zorder=3, label=label if p == pos[0] and label else None)
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(systems))], [s.replace("_", " ") for s in systems],
-                  rotation=20, ha="right")
+        for r in rows:
+            ys = [number(r.get(f"wer_{k}")) for k in systems]
+            ax.plot(range(len(systems)), [float("nan") if y is None else 100 * y for y in ys], color=color,
+                    alpha=0.35, linewidth=0.8, marker="o", markersize=2.5)
+        ax.plot([], [], color=color, label=label or f"a client ({len(rows)} clients)")
+        clients = max(clients, len(rows))
+        pos, data = [], []
+        for k, s in enumerate(others):
+            d = [100 * (a - b) for r in rows if (a := number(r.get(f"wer_{s}"))) is not None
+                 and (b := number(r.get(f"wer_{base}"))) is not None]
+            if d:
+                pos.append(k + i * width)
+                data.append(d)
+        if data:
+            box = diff.boxplot(data, positions=pos, widths=0.8 * width, patch_artist=True, manage_ticks=False,
+                               showfliers=False)
+            for patch in box["boxes"]:
+                patch.set(facecolor=color, alpha=0.3)
+            for p_, d in zip(pos, data, strict=True):
+                diff.scatter([p_] * len(d), d, s=10, color=color, zorder=3,
+                             label=(label or "a client") if p_ == pos[0] else None)
+    ax.set_xticks(range(len(systems)), [_client_name(k) for k in systems], rotation=20, ha="right")
     ax.set_xlabel("system")
-    ax.set_ylabel("WER per client (%)")
-    ax.set_title(f"WER over clients ({max(len(v) for _, c in per_run for v in c.values())} clients)")
-    ax.grid(axis="y", alpha=0.3)
-    legend(ax)
-    return [Plot("clients", "Per-client WER spread", fig)]
+    ax.set_ylabel("WER of the client (%)")
+    ax.set_title(f"each client across the systems ({clients} clients)")
+    diff.axhline(0, color="black", linestyle=":", linewidth=0.9)
+    diff.set_xticks([k + 0.4 - width / 2 for k in range(len(others))], [_client_name(k) for k in others],
+                    rotation=20, ha="right")
+    diff.set_xlabel("system")
+    diff.set_ylabel(f"WER(system) - WER({_client_name(base)}), points")
+    diff.set_title(f"per-client difference to the {_client_name(base)}")
+    for a in (ax, diff):
+        a.grid(axis="y", alpha=0.3)
+        legend(a)
+    return [Plot("clients", f"Per-client WER against the {_client_name(base)}, client by client", fig)]
 
 
 def seed_pairs(runs: Sequence[Run]) -> list[Plot]:
