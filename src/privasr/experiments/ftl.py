@@ -657,8 +657,10 @@ def _upload_lines(runs: Mapping[str, Any]) -> list[str]:
         raw = [v for v in r.get("upload_raw_bytes", []) if v is not None]
         if sent and raw:
             mean_sent, mean_raw = float(np.mean(sent)), float(np.mean(raw))
-            parts.append(f"{name} {mean_sent:,.0f} bytes ({mean_raw / mean_sent:.1f}x fewer than fp32, "
-                         f"{mean_raw:,.0f})")
+            ratio = mean_raw / mean_sent
+            size = ("the fp32 size: no compression" if abs(ratio - 1.0) < 0.05
+                    else f"{ratio:.1f}x smaller than its fp32 size, {mean_raw:,.0f}")
+            parts.append(f"{name} {mean_sent:,.0f} bytes ({size})")
     return [f"Upload per client per round: {'; '.join(parts)}."] if parts else []
 
 
@@ -758,16 +760,56 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:.2f}%"
 
 
+def _rounds_sentence(m: Mapping[str, Any], rounds: int) -> str:
+    """Rounds to the target, in words (a run that never reaches it says so).
+
+    >>> _rounds_sentence({"rounds_to_target": None, "rounds_to_target_baseline": 6, "rounds_ratio": None}, 6)
+    'Rounds to the target: the system does not reach it in 6 rounds; the baseline reaches it at round 6.'
+    """
+    def when(r: int | None, who: str) -> str:
+        return f"{who} does not reach it in {rounds} rounds" if r is None else f"{who} reaches it at round {r}"
+
+    ratio = m.get("rounds_ratio")
+    return (f"Rounds to the target: {when(m['rounds_to_target'], 'the system')}; "
+            f"{when(m['rounds_to_target_baseline'], 'the baseline')}"
+            + (f" ({ratio:.2f}x as many rounds for the baseline)." if ratio else "."))
+
+
+def _significance_sentence(m: Mapping[str, Any]) -> str:
+    """MAPSSWE of the system's test 1-best against the baseline's, in words.
+
+    >>> _significance_sentence({"mapsswe_p": 0.147, "mapsswe_better": "same"})
+    'Test WER, the system against the baseline: no significant difference (MAPSSWE p = 0.147, alpha 0.05).'
+    """
+    verdict = {"system": "the system is better", "baseline": "the baseline is better"}.get(
+        str(m["mapsswe_better"]), "no significant difference")
+    return f"Test WER, the system against the baseline: {verdict} (MAPSSWE p = {m['mapsswe_p']:.3g}, alpha 0.05)."
+
+
+def _helped(m: Mapping[str, Any]) -> list[str]:
+    """A plain sentence when the system does not beat the baseline or the seed model on test WER."""
+    worse = [f"the {who}'s {_pct(m[k])}" for who, k in (("baseline", "wer_baseline"), ("seed model", "wer_seed"))
+             if m.get(k) is not None and m["wer"] > m[k]]
+    if not worse:
+        return []
+    return [f"The system did not help on this run: its test WER {_pct(m['wer'])} is above {' and '.join(worse)} "
+            f"({m['test_utterances']} test utterances; small test sets move by whole words)."]
+
+
 def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], central: Mapping[str, Any],
             seed_eval: Mapping[str, Any], seed_valid: float, argv: Sequence[str] | None) -> str:
-    cmd = " ".join(argv) if argv else f"privasr ftl run --config ... --out ... ({cfg.name})"
-    lines = [f"# Federated transfer learning: {cfg.name}", "", f"Command: `{cmd}`", "",
+    cmd = (f"Command: `{' '.join(argv)}`" if argv else
+           "Run by a caller without a command line; its resolved config is `config` in results.json "
+           "(`privasr ftl run --config FILE --out DIR` runs it as a file).")
+    lines = [f"# Federated transfer learning: {cfg.name}", "", cmd, "",
              f"Data: {cfg.data.kind}; {m['server_speakers']} server speakers (seed model, replay), "
              f"{m['client_speakers']} client speakers, {m['valid_utterances']} validation and "
              f"{m['test_utterances']} test utterances; {m['units']} output units. {cfg.rounds} rounds, "
              f"sampler {cfg.federated.make_sampler()}, backend {cfg.federated.backend}. "
              f"Target validation loss: {m['target_loss']:.4f}"
-             + (" (the best the baseline reaches)" if cfg.target_loss is None else "") + ".", "",
+             + (f", the best the baseline reaches in its {cfg.rounds} rounds: the baseline reaches it by "
+                "construction, and the question is whether the system gets there sooner" if cfg.target_loss is None
+                else " (set in the config)") + ".", "",
              "| system | clients | valid loss | rounds to target | test WER | test CER |",
              "|---|---:|---:|---:|---:|---:|"]
     for name, c in central.items():
@@ -780,10 +822,7 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
                      + (f", replay {r['config']['replay_steps']}" if r['config']['replay_steps'] else "")
                      + f") | {r['clients']} | {r['valid_loss'][-1]:.4f} | {'' if rt is None else rt} | "
                      f"{_pct(r['wer'])} | {_pct(r['cer'])} |")
-    ratio = m["rounds_ratio"]
-    lines += ["", f"Rounds to target: {m['rounds_to_target']} vs {m['rounds_to_target_baseline']} for the baseline"
-              + (f" ({ratio:.2f}x fewer)." if ratio else "."),
-              f"Test WER, system against baseline: MAPSSWE p = {m['mapsswe_p']:.3g} (better: {m['mapsswe_better']}).",
+    lines += ["", _rounds_sentence(m, cfg.rounds), _significance_sentence(m), *_helped(m),
               *_upload_lines(runs),
               "", f"Decoding: {cfg.eval.method}, {cfg.eval.options}. privasr {__version__}. WER on words, CER on "
               "characters with the word boundary as a character."]
