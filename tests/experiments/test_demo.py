@@ -47,3 +47,25 @@ def test_demo_end_to_end(tmp_path):
     m2 = json.loads((out2 / "results.json").read_text())["metrics"]
     drop = lambda d: {k: v for k, v in d.items() if k != "timings"}  # noqa: E731
     assert drop(m) == drop(m2)
+
+
+def test_report_and_results_agree_on_every_figure_they_share(tmp_path):
+    """report.md's WER table, headline and intervals are results.json's numbers, row by row."""
+    import re
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--seed", "1", "--preset", "tiny"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    report = (out / "report.md").read_text()
+    table = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| system")]
+    rows = res["systems"]
+    assert len(table) >= len(rows)
+    for row, line in zip(rows, table, strict=False):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells == [row["system"], f"{100 * row['wer']:.2f}", str(row["sub"]), str(row["del"]),
+                         str(row["ins"]), str(row["words"])]
+    m = res["metrics"]
+    assert f"test WER {100 * m['wer']:.2f}%" in report and m["wer_system"] in report
+    lo, hi = m["oracle_bootstrap_ci"]
+    assert f"[{100 * lo:+.2f}, {100 * hi:+.2f}] points" in report
+    assert re.search(r"WER\(N-best oracle\) - WER\(first-pass 1-best\)", report)
