@@ -6,7 +6,9 @@ weights on **dev** only (:mod:`privasr.rescore.search`), applies them to test, a
 rescored test N-best lists (canonical JSON Lines). Config (YAML; every key optional unless marked; the schema
 is :class:`RescoreConfig`, read with :mod:`privasr.config`)::
 
-    name: rescore-ami-ngram           # a label for the report
+    name: rescore-ami-ngram           # the run's name
+    label: AMI trigram rescoring      # the system's human name in report.md, results.json and the plots
+                                      # (default: "rescoring with" and the new LMs' names)
     seed: 0                           # bootstrap resampling seed
     data:
       dev: PATH                       # dev N-best (needs references unless search.method is fixed)
@@ -184,6 +186,7 @@ class RescoreConfig:
     """A rescoring config (module docstring): validated by :func:`load_config`."""
 
     name: str = "rescore"
+    label: str = ""
     seed: int = setting(0, min=0)
     data: DataSettings = field(default_factory=DataSettings)
     lms: dict[str, LMSettings] = field(default_factory=dict)
@@ -192,6 +195,11 @@ class RescoreConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     lm_batch_size: int = setting(4096, min=1)
+
+    @property
+    def system(self) -> str:
+        """The rescored system's human name: ``label``, else ``rescoring with`` and the new LMs' names."""
+        return self.label or f"rescoring with {', '.join(self.lms) or 'the first-pass scores'}"
 
     @property
     def lm_specs(self) -> tuple[LMSpec, ...]:
@@ -505,10 +513,11 @@ def _test_metrics(cfg: RescoreConfig, data: _Data, scores: _Scores, tuning: _Tun
         bootstrap_diff=bs.difference, bootstrap_ci_low=bs.ci_low, bootstrap_ci_high=bs.ci_high,
         bootstrap_confidence=bs.confidence, bootstrap_prob_improvement=bs.prob_a_better,
         bootstrap_resamples=bs.resamples, wer_oracle=orc.wer, test_ref_words=w_new.ref_words,
-        wer_first_pass=w_first.wer,
+        wer_first_pass=w_first.wer, wer_system=cfg.system, wer_baseline_system="first-pass 1-best",
     )
     if baseline is not None:
         metrics["baseline"] = f"rescoring with {', '.join(bl_comb.lms) if bl_comb else ''} (tuned on dev)"
+        metrics["wer_baseline_system"] = metrics["baseline"]
         metrics["wer_rel_change_vs_first_pass"] = ((w_new.wer - w_first.wer) / w_first.wer
                                                    if w_first.wer > 0 else None)
         metrics["mapsswe_p_vs_first_pass"] = mapsswe(refs, rescored_words, first_pass_words, ids=ids).p
@@ -641,21 +650,21 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any]
         what = "prior + first-pass LM + word penalty" if "lm" in c.lms else "prior + word penalty"
         lines.append(f"| {what}, retuned (no new LM) | "
                      f"{_pct(m.get('dev_wer_first_pass_retuned'))} | {_pct(m.get('wer_first_pass_retuned'))} |")
-    lines.append(f"| **rescored** | {_pct(m.get('dev_wer'))} | **{_pct(m.get('wer'))}** |")
+    lines.append(f"| **{cfg.system}** | {_pct(m.get('dev_wer'))} | **{_pct(m.get('wer'))}** |")
     if m.get("wer_oracle") is not None:
         lines.append(f"| N-best oracle (upper bound) | | {_pct(m.get('wer_oracle'))} |")
     lines.append("")
     if m.get("wer") is not None:
         rel = m.get("wer_rel_change")
         lines += [
-            f"Test: WER {_pct(m['wer'])} vs {'the baseline' if m.get('baseline') else 'first-pass'} "
+            f"Test: {cfg.system} {_pct(m['wer'])} against the {m.get('wer_baseline_system', 'baseline')} "
             f"{_pct(m['wer_baseline'])}, relative change "
             f"{'n/a' if rel is None else f'{100 * rel:+.2f}%'} ({m['test_changed_1best']} of "
             f"{m['test_utterances']} 1-best changed). "
             f"MAPSSWE (sclite): Z = {m['mapsswe_z']:.3f}, p = {m['mapsswe_p']:.3g} "
             f"(log10 p = {m['mapsswe_log10_p']:.2f}), {m['mapsswe_segments']} segments, better: "
             f"{m['mapsswe_better']}. Paired bootstrap {100 * m['bootstrap_confidence']:.0f}% CI of "
-            f"WER(rescored) - WER({'baseline' if m.get('baseline') else 'first pass'}): "
+            f"WER(system) - WER(baseline): "
             f"[{100 * m['bootstrap_ci_low']:+.2f}, "
             f"{100 * m['bootstrap_ci_high']:+.2f}] points ({m['bootstrap_resamples']} resamples, "
             f"P(improvement) = {m['bootstrap_prob_improvement']:.3f}).", ""]
