@@ -52,7 +52,9 @@ def test_run_writes_the_contract_metrics_and_tables(corpus, tmp_path):
     assert [r["T"] for r in res["tables"]["rounds"]] == [1, 2]
     assert res["tables"]["epsilon"][0]["epsilon"] == pytest.approx(1.0, abs=1e-3)
     assert len(res["history"]) == 3  # T + 1 rounds
-    assert "| FMP |" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert m["wer_system"].endswith(" rescoring + FMP, T = 2") and f"| {m['wer_system']} |" in report
+    assert f"| {m['wer_baseline_system']} (baseline) |" in report
     # lam = 0 is exactly the baseline
     if m["lam"] == 0.0:
         assert m["wer"] == m["wer_baseline"]

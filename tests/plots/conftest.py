@@ -58,3 +58,28 @@ def audit_results() -> dict:
                      "exposure": {"1": 1.3, "4": 3.1, "16": 7.9}, "baseline": 1.55},
                     {"setting": "DP", "noise_multiplier": 1.0, "epsilon": 9.0,
                      "exposure": {"1": 1.7, "4": 1.3, "16": 1.9}, "baseline": 1.6}]}}}}
+
+
+@pytest.fixture()
+def demo_like() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {"wer": 0.155, "wer_baseline": 0.21},
+            "systems": [{"system": "first-pass 1-best", "wer": 0.2102}, {"system": "n-gram rescoring", "wer": 0.155},
+                        {"system": "N-best oracle (upper bound)", "wer": 0.1185}],
+            "per_client": [{"client": f"c{k}", "wer_1best": 0.2 + 0.01 * k, "wer_ngram_rescoring": 0.15 + 0.01 * k}
+                           for k in range(6)]}
+
+
+@pytest.fixture()
+def ftl_like() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {"target_loss": 0.6, "wer_seed": 0.85, "cer_seed": 0.3},
+            "runs": {"ftl": {"valid_loss": [0.7, 0.5, 0.45], "train_loss": [0.8, 0.6, 0.5], "wer": 0.8, "cer": 0.2},
+                     "fedavg": {"valid_loss": [0.7, 0.6, 0.55], "train_loss": [0.8, 0.7, 0.6], "wer": 0.82,
+                                "cer": 0.25}}}
+
+
+@pytest.fixture()
+def compare_like() -> dict:
+    return {"config": {"a": "ftl", "b": "baseline"},
+            "metrics": {"difference": -0.012, "ci_low": -0.02, "ci_high": -0.004,
+                        "per_run": [{"run": f"seed{k}", "wer_a": 0.20 - 0.01 * k, "wer_b": 0.21 - 0.008 * k}
+                                    for k in range(3)]}}

@@ -14,23 +14,6 @@ COLORBLIND10 = ["#006ba4", "#ff800e", "#ababab", "#595959", "#5f9ed1", "#c85200"
                 "#cfcfcf"]
 
 
-@pytest.fixture()
-def demo_like() -> dict:
-    return {"config": {}, "seed": 0, "metrics": {"wer": 0.155, "wer_baseline": 0.21},
-            "systems": [{"system": "first-pass 1-best", "wer": 0.2102}, {"system": "n-gram rescoring", "wer": 0.155},
-                        {"system": "N-best oracle (upper bound)", "wer": 0.1185}],
-            "per_client": [{"client": f"c{k}", "wer_1best": 0.2 + 0.01 * k, "wer_ngram_rescoring": 0.15 + 0.01 * k}
-                           for k in range(6)]}
-
-
-@pytest.fixture()
-def ftl_like() -> dict:
-    return {"config": {}, "seed": 0, "metrics": {"target_loss": 0.6, "wer_seed": 0.85, "cer_seed": 0.3},
-            "runs": {"ftl": {"valid_loss": [0.7, 0.5, 0.45], "train_loss": [0.8, 0.6, 0.5], "wer": 0.8, "cer": 0.2},
-                     "fedavg": {"valid_loss": [0.7, 0.6, 0.55], "train_loss": [0.8, 0.7, 0.6], "wer": 0.82,
-                                "cer": 0.25}}}
-
-
 def _looks(plot) -> list[str]:
     fig = plot.figure
     problems = []
@@ -54,7 +37,8 @@ def _looks(plot) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("fixture", ["fedlm_results", "fmp_results", "audit_results", "demo_like", "ftl_like"])
+@pytest.mark.parametrize("fixture", ["fedlm_results", "fmp_results", "audit_results", "demo_like", "ftl_like",
+                                     "compare_like"])
 def test_every_plot_has_a_title_labelled_axes_and_a_full_legend(request, fixture):
     res = request.getfixturevalue(fixture)
     drawn = [p for kind in KINDS for p in kind([("", res)])]

@@ -747,7 +747,8 @@ def evaluate(cfg: FmpRunConfig, p: _Prepared, tuned: _Tuned, chosen: Mapping[str
     bs = paired_bootstrap(w_new.utt_errors, w_base.utt_errors, w_new.utt_ref_words, seed=cfg.seed,
                           resamples=cfg.eval.bootstrap_resamples)
     metrics: dict[str, Any] = {
-        "wer": w_new.wer, "wer_baseline": w_base.wer,
+        "wer": w_new.wer, "wer_baseline": w_base.wer, "wer_system": system_name(cfg),
+        "wer_baseline_system": baseline_name(cfg),
         "wer_rel_change": (w_new.wer - w_base.wer) / w_base.wer if w_base.wer else 0.0,
         "mapsswe_p": mp.p, "mapsswe_z": mp.z, "mapsswe_better": {"A": "fmp", "B": "baseline", "same": "same"}[mp.better],
         "rounds": cfg.fmp.rounds, "lam": tuned.lam, "wer_first_pass": w_first.wer,
@@ -1001,6 +1002,18 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
 
+def baseline_name(cfg: FmpRunConfig) -> str:
+    """The baseline's human name: the generic LM rescoring FMP personalises."""
+    kind = "NNLM" if cfg.nnlm is not None and cfg.nnlm.neural is not None else "n-gram LM"
+    return f"generic {kind} rescoring"
+
+
+def system_name(cfg: FmpRunConfig) -> str:
+    """The system's human name, e.g. ``generic NNLM rescoring + FMP, T = 10, DP epsilon 1``."""
+    dp = f", DP epsilon {cfg.dp.epsilon:g}" if cfg.dp is not None and cfg.dp.epsilon is not None else ""
+    return f"{baseline_name(cfg)} + FMP, T = {cfg.fmp.rounds}{dp}"
+
+
 def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
             bg: Mapping[str, Any] | None = None) -> str:
     lines = [f"# {cfg.name}", ""]
@@ -1009,11 +1022,11 @@ def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
               f"T = {cfg.fmp.rounds}, lam = {m['lam']:g} (tuned on dev)", ""]
     if bg:
         lines += [f"Background unigram u(w): {bg['kind']} of {', '.join(bg['sources'])}.", ""]
-    kind = "NNLM" if cfg.nnlm is not None and cfg.nnlm.neural is not None else "n-gram LM"
     lines += ["| system | test WER |", "|---|---|",
-              f"| first pass | {_pct(m['wer_first_pass'])} |",
-              f"| generic {kind} rescoring (baseline) | {_pct(m['wer_baseline'])} |",
-              f"| FMP | {_pct(m['wer'])} ({100 * m['wer_rel_change']:+.2f}% rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |",
+              f"| first-pass 1-best | {_pct(m['wer_first_pass'])} |",
+              f"| {baseline_name(cfg)} (baseline) | {_pct(m['wer_baseline'])} |",
+              f"| {system_name(cfg)} | {_pct(m['wer'])} ({100 * m['wer_rel_change']:+.2f}% rel., MAPSSWE p = "
+              f"{m['mapsswe_p']:.3g}) |",
               ""]
     if m.get("oracle_cache"):
         lines += ["**Diagnostic run (`oracle_cache: true`): the clients' caches hold the reference text, not the "

@@ -72,7 +72,7 @@ work. Default search ranges: :func:`privasr.rescore.search.default_ranges`.
 >>> load_config({"data": {"test": "t.jsonl"}, "serach": {}}, check_files=False)
 Traceback (most recent call last):
 ...
-privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, lm_batch_size, lms, name, output, search, seed)
+privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, label, lm_batch_size, lms, name, output, search, seed)
 """
 
 from __future__ import annotations

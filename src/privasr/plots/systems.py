@@ -236,6 +236,8 @@ def seed_pairs(runs: Sequence[Run]) -> list[Plot]:
     diff.axhline(0, color="grey", linestyle=":", linewidth=0.9)
     diff.set_xticks(range(len(found)), [label or "pooled" for label, _ in found])
     diff.set_ylabel("WER(A) - WER(B), points")
+    diff.set_xlabel("comparison")
+    ax.set_xlabel("system")
     diff.set_title("seed-averaged difference, bootstrap interval")
     ax.set_ylabel("test WER %")
     ax.set_title("each run's two systems")
