@@ -63,7 +63,9 @@ def test_nbest_run_writes_the_contract_metrics(corpus, tmp_path):
     # the last round's evaluation is the final model's perplexity
     assert res["history"][-1]["metrics"]["eval_ppl"] == pytest.approx(m["ppl"], rel=1e-9)
     assert res["data_info"]["confidence_source"] == "data"  # the synthetic 1-bests carry confidences
-    assert "| adapted NNLM rescoring |" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert m["wer_system"].startswith("federatedly fine-tuned NNLM rescoring") and f"| {m['wer_system']} |" in report
+    assert f"| {m['wer_baseline_system']} (baseline) |" in report
     # the adapted model is saved as a neural checkpoint with the run's perplexity
     from privasr.experiments.fedlm import MODEL_FILE
     from privasr.lm.neural.checkpoint import load_checkpoint

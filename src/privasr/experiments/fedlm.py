@@ -1094,12 +1094,29 @@ def _wer(ev: _WerEval, run: dict[str, Any], metrics: dict[str, Any]) -> dict[str
     bs = paired_bootstrap(r["_wer"].utt_errors, ev.w_base.utt_errors, r["_wer"].utt_ref_words, seed=ev.cfg.seed,
                           resamples=ev.cfg.eval.bootstrap_resamples)
     metrics.update({k: r[k] for k in ("wer", "wer_rel_change", "mapsswe_p", "mapsswe_z", "mapsswe_better")})
+    metrics.update(wer_system=system_name(ev.cfg), wer_baseline_system=BASELINE_NAME)
     metrics.update(wer_counts=_counts(r["_wer"]), wer_baseline_counts=_counts(ev.w_base))
     metrics.update(wer_baseline=ev.w_base.wer, wer_first_pass=ev.w_first.wer, bootstrap_ci_low=bs.ci_low,
                    bootstrap_ci_high=bs.ci_high, bootstrap_prob_improvement=bs.prob_a_better,
                    test_utterances=len(ev.test), rescore_s=time.perf_counter() - t0)
     return {"weights_baseline": ev.base.weights, "weights_adapted": r["weights"],
             "dev_errors_baseline": ev.base.dev_errors, "dev_errors_adapted": r["dev_errors"]}
+
+
+BASELINE_NAME = "unadapted NNLM rescoring"
+"""The baseline's human name in report.md, results.json (``wer_baseline_system``) and the plots."""
+
+
+def system_name(cfg: Any) -> str:
+    """The system's human name, e.g. ``federatedly fine-tuned NNLM rescoring (token loss, with the unadapted NNLM,
+    DP)``."""
+    loss = (cfg.fedlm or {}).get("loss") if isinstance(cfg.fedlm, dict) else None
+    parts = [f"{loss} loss"] if loss else []
+    if cfg.rescore.with_baseline:
+        parts.append("with the unadapted NNLM")
+    if getattr(cfg, "dp", None) is not None:
+        parts.append("DP")
+    return "federatedly fine-tuned NNLM rescoring" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _counts(w: Any) -> dict[str, int]:
@@ -1203,11 +1220,10 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     if "threshold_kept_words" in m:
         lines += [f"The threshold keeps {100 * m['threshold_kept_words']:.1f}% of the clients' words.", ""]
     if "wer" in m:
-        lines += ["| system | test WER |", "|---|---|", f"| first pass | {100 * m['wer_first_pass']:.2f}% |",
-                  f"| unadapted NNLM rescoring | {100 * m['wer_baseline']:.2f}% |",
-                  f"| adapted NNLM rescoring{' (with the unadapted NNLM)' if m.get('rescore_with_baseline') else ''}"
-                  f" | {100 * m['wer']:.2f}% ({100 * m['wer_rel_change']:+.2f}% rel., "
-                  f"MAPSSWE p = {m['mapsswe_p']:.3g}) |", ""]
+        lines += ["| system | test WER |", "|---|---|", f"| first-pass 1-best | {100 * m['wer_first_pass']:.2f}% |",
+                  f"| {m.get('wer_baseline_system', BASELINE_NAME)} (baseline) | {100 * m['wer_baseline']:.2f}% |",
+                  f"| {m.get('wer_system', system_name(cfg))} | {100 * m['wer']:.2f}% ({100 * m['wer_rel_change']:+.2f}% "
+                  f"rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |", ""]
     if "epsilon" in m:
         lines += [f"Differential privacy: noise multiplier {m['noise_multiplier']:g}, clip {m['clip_norm']:g}, "
                   f"epsilon = {m['epsilon']:.4g} at delta = {m['delta']:.3g} ({m['accountant']}); each round's "
