@@ -48,7 +48,7 @@ def _systems(res: Mapping[str, Any]) -> dict[str, float]:
         out[f"baseline: {m['baseline']}" if isinstance(m.get("baseline"), str) else "baseline"] = base
     for k, v in m.items():
         w = number(v)
-        if (_WER_KEY.match(k) and k not in ("wer", "wer_baseline", "wer_first_pass", "wer_1best", "wer_oracle")
+        if (_WER_KEY.match(k) and k not in ("wer", "wer_baseline", "wer_first_pass", "wer_1best", "wer_oracle", "wer_dev")
                 and not any(t in k for t in _NOT_A_SYSTEM) and w is not None and 0 <= w <= 2):
             out[k[4:].replace("_", " ")] = w
     if (w := number(m.get("wer"))) is not None:
