@@ -33,3 +33,23 @@ def test_demo_writes_linked_pngs(tmp_path):
         report = (run / "report.md").read_text()
         links = set(re.findall(r"!\[[^\]]*\]\(plots/([a-z_]+)\.png\)", report))
         assert links == set(pngs), run
+
+
+def test_every_demo_plot_looks_like_a_figure(tmp_path):
+    """The acceptance of the demo's plots, on a real (tiny) demo run and its sub-runs: a title, both axes labelled,
+    no empty legend entry (tests/plots/test_figures_look.py's checks)."""
+    from privasr.plots import KINDS, pyplot, read_results
+
+    from .test_figures_look import _looks
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--seed", "2", "--preset", "tiny"]) == 0
+    problems = []
+    for run in (out, out / "fedlm", out / "ftl"):
+        if not (run / "results.json").is_file():
+            continue  # the sub-runs need torch
+        for kind in KINDS:
+            for plot in kind([("", read_results(run))]):
+                problems += _looks(plot)
+                pyplot().close(plot.figure)
+    assert not problems, problems
