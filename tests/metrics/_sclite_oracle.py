@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["sclite_path", "run_sclite"]
+from privasr.bench.metrics import sclite_binary
 
-_CANDIDATES = ("/usr/lib/sctk/bin/sclite",)
-
-
-def sclite_path() -> str | None:
-    """The sclite binary: ``$PRIVASR_SCLITE``, ``sclite`` on the PATH, or Debian's ``/usr/lib/sctk/bin/sclite``."""
-    env = os.environ.get("PRIVASR_SCLITE")
-    if env and os.access(env, os.X_OK):
-        return env
-    found = shutil.which("sclite")
-    if found:
-        return found
-    return next((c for c in _CANDIDATES if os.access(c, os.X_OK)), None)
-
+__all__ = ["run_sclite"]
 
 _SCORES = re.compile(r"Scores: \(#C #S #D #I\) (\d+) (\d+) (\d+) (\d+)")
 _ROW = re.compile(r"\|\s*(\S+)\s*\|\s*(\d+)\s+(\d+)\s*\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|")
@@ -33,7 +19,7 @@ def run_sclite(ref: Path, hyp: Path, out: Path, options: tuple[str, ...] = ()
     """sclite's counts of ``hyp`` against ``ref`` (trn files, ``-i spu_id``): per utterance id ``(C, S, D, I)``
     from its ``pralign`` report, and per speaker (and ``Sum``) its ``rsum`` row
     (``sentences, words, corr, sub, del, ins, err, sentence_errors``)."""
-    exe = sclite_path()
+    exe = sclite_binary()
     assert exe is not None
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run([exe, "-r", str(ref), "trn", "-h", str(hyp), "trn", "-i", "spu_id", "-o", "pralign", "rsum",

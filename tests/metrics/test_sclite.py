@@ -14,15 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from privasr.bench.metrics import sclite_binary
 from privasr.cli.score import by_speaker, read_transcripts
 from privasr.corpus.markup import parse_markup
 from privasr.errors import InputError
 from privasr.metrics.sclite import Conventions, align_sclite
 from privasr.metrics.wer import wer, wer_from_alignments
 
-from ._sclite_oracle import run_sclite, sclite_path
+from ._sclite_oracle import run_sclite
 
-needs_sclite = pytest.mark.skipif(sclite_path() is None, reason="NIST sclite (Debian package sctk) is not installed")
+needs_sclite = pytest.mark.skipif(sclite_binary() is None, reason="NIST sclite (Debian package sctk) is not installed")
 
 
 def counts(a):

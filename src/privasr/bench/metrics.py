@@ -36,7 +36,7 @@ from privasr.metrics.wer import wer
 from privasr.paths import golden_dir
 from privasr.results import write_results
 
-__all__ = ["run", "load_sentences"]
+__all__ = ["run", "load_sentences", "sclite_binary"]
 
 
 def load_sentences(seed: int) -> tuple[str, list[list[str]], list[list[str]], list[list[str]], list[str]]:
@@ -116,14 +116,19 @@ def _alternations(refs: list[list[str]], seed: int) -> list[list[str]]:
     return out
 
 
-def _sclite_binary() -> str | None:
+def sclite_binary() -> str | None:
+    """NIST sclite's binary: ``$PRIVASR_SCLITE``, ``sclite`` on the PATH, or Debian's ``/usr/lib/sctk/bin/sclite``;
+    ``None`` when none is installed (the benchmark's and the tests' oracle)."""
+    env = os.environ.get("PRIVASR_SCLITE")
+    if env and os.access(env, os.X_OK):
+        return env
     return shutil.which("sclite") or next((c for c in ("/usr/lib/sctk/bin/sclite",) if os.access(c, os.X_OK)), None)
 
 
 def _against_sclite(out: Path, refs: list[list[str]], hyps: list[list[str]], ids: list[str], alis: Any,
                     repeats: int) -> dict[str, Any]:
     """Files in, counts out: privasr (read + align in process) against the sclite binary on the same trn files."""
-    exe = _sclite_binary()
+    exe = sclite_binary()
     if exe is None:
         return {"sclite_binary": None}
     from privasr.corpus.formats.trn import read_trn, reading_markup

@@ -172,15 +172,11 @@ def ppl(
             part = sents[lo:lo + 5000]
             try:
                 s_part, k_part = srilm_perplexity(model, part), kenlm_perplexity(model, part)
-            except InputError as e:
-                m = re.match(r"sentence (\d+): (.*)", e.message)
-                if not m:
-                    raise
-                raise InputError(m.group(2), path=text, line=lo + int(m.group(1)), expected=e.expected) from None
+            except InputError as e:  # a sentence's index is its line in the chunk
+                raise InputError(e.message, path=text, line=None if e.line is None else lo + e.line,
+                                 expected=e.expected) from None
             srilm = s_part if srilm is None else srilm + s_part
-            kenlm = k_part if kenlm is None else type(k_part)(kenlm.tokens + k_part.tokens, kenlm.oovs + k_part.oovs,
-                                                              kenlm.total + k_part.total,
-                                                              kenlm.oov_total + k_part.oov_total)
+            kenlm = k_part if kenlm is None else kenlm + k_part
     assert srilm is not None and kenlm is not None
     out_console.print("# SRILM ngram -ppl: OOVs left out, <s> and </s> added unless the line has them",
                       highlight=False, soft_wrap=True)

@@ -62,16 +62,12 @@ def _training_text(path: Path) -> list[list[str]]:
 def _ppl(label: str, lm: Any, sentences: list[list[str]], metrics: dict[str, Any], path: Path | None = None) -> None:
     """Print SRILM's perplexity line (``ngram -ppl``'s conventions: :func:`privasr.lm.perplexity.srilm_perplexity`)
     for ``label`` and record its figures in ``metrics[label]``."""
-    import re
-
     from privasr.lm.perplexity import srilm_perplexity
 
     try:
         s = srilm_perplexity(lm, sentences)
-    except InputError as e:
-        m = re.match(r"sentence (\d+): (.*)", e.message)
-        raise InputError(m.group(2) if m else e.message, path=path, line=int(m.group(1)) if m else None,
-                         expected=e.expected) from None
+    except InputError as e:  # a sentence's index is its line
+        raise e.at(path) from None
     metrics[label] = {"sentences": s.sentences, "words": s.words, "oovs": s.oovs, "ppl": s.ppl, "ppl1": s.ppl1}
     out_console.print(f"{label}: {s.sentences} sentences, {s.words} words, {s.oovs} OOVs, ppl= {s.ppl:.6g} "
                       f"ppl1= {s.ppl1:.6g}")

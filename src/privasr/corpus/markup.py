@@ -11,12 +11,12 @@ formats; what the markup means for an alignment lives with the alignment.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from privasr.errors import InputError
 
-__all__ = ["NULL_WORD", "Item", "has_markup", "parse_markup", "check_markup", "map_words", "markup_counts",
-           "is_optional"]
+__all__ = ["NULL_WORD", "Item", "has_markup", "markup_tokens", "parse_markup", "check_markup", "map_words",
+           "markup_counts", "is_optional"]
 
 NULL_WORD = "@"
 """sclite's null word: inserted or deleted at (almost) no cost and never counted."""
@@ -29,6 +29,16 @@ def has_markup(words: Sequence[str]) -> bool:
     (True, False, True)
     """
     return any("{" in w or "}" in w or w == NULL_WORD for w in words)
+
+
+def markup_tokens(words: Iterable[str]) -> list[str]:
+    """The tokens of ``words`` that are sclite markup: alternation braces, ``@`` and optionally deletable ``(word)``
+    (``()`` included, which :func:`parse_markup` refuses).
+
+    >>> markup_tokens(["a", "{", "b", "/", "@", "}", "(c)", "and/or"])
+    ['{', '@', '}', '(c)']
+    """
+    return [w for w in words if "{" in w or "}" in w or w == NULL_WORD or (len(w) >= 2 and w[0] == "(" and w[-1] == ")")]
 
 
 # ------------------------------------------------------------------------------------------------ parsing

@@ -68,6 +68,15 @@ def check_markers(words: Sequence[str]) -> None:
                                       "a sentence differently")
 
 
+def _check_all(sentences: Sequence[Sequence[str]]) -> None:
+    """:func:`check_markers` on every sentence; the error's ``line`` is the sentence's 1-based index."""
+    for k, s in enumerate(sentences, start=1):
+        try:
+            check_markers(s)
+        except InputError as e:
+            raise InputError(e.message, line=k, expected=e.expected) from None
+
+
 def strip_markers(words: Sequence[str]) -> list[str]:
     """A line's words without its own leading ``<s>`` and trailing ``</s>`` (SRILM's ``prepareSentence``).
 
@@ -87,16 +96,13 @@ def srilm_perplexity(lm: LanguageModel, sentences: Sequence[Sequence[str]]) -> P
         sentences: token lists, one per line of the text, markers included as written.
 
     Raises:
-        InputError: a marker inside a sentence (the message names the sentence, 1-based).
+        InputError: a marker inside a sentence (its ``line`` is the sentence's 1-based index).
     """
     pieces: list[tuple[list[str], bool, bool]] = []   # (words, bos, eos) scored as one run
     owner: list[int] = []
     per: list[tuple[int, int]] = []                    # (words, OOVs) per sentence
+    _check_all(sentences)
     for k, s in enumerate(sentences):
-        try:
-            check_markers(s)
-        except InputError as e:
-            raise InputError(f"sentence {k + 1}: {e.message}", expected=e.expected) from None
         words = strip_markers(s)
         oov = 0
         run: list[str] = []
@@ -147,6 +153,13 @@ class KenlmStats:
     total: float
     oov_total: float
 
+    def __add__(self, other: KenlmStats) -> KenlmStats:
+        """The statistics of both texts together."""
+        if not isinstance(other, KenlmStats):
+            return NotImplemented
+        return KenlmStats(self.tokens + other.tokens, self.oovs + other.oovs, self.total + other.total,
+                          self.oov_total + other.oov_total)
+
     @property
     def ppl_including_oovs(self) -> float:
         """"Perplexity including OOVs": ``10^(-total / tokens)`` (``nan`` for no tokens)."""
@@ -164,15 +177,12 @@ def kenlm_perplexity(lm: LanguageModel, sentences: Sequence[Sequence[str]]) -> K
     KenLM's -100 (:func:`privasr.lm.ngram.model.with_unk`); another model must have ``<unk>``.
 
     Raises:
-        InputError: a marker inside a sentence, or a model without ``<unk>`` that is not an n-gram model.
+        InputError: a marker inside a sentence (its ``line`` is the sentence's 1-based index), or a model without
+            ``<unk>`` that is not an n-gram model.
     """
     from privasr.lm.ngram.model import NgramModel, with_unk
 
-    for k, s in enumerate(sentences):
-        try:
-            check_markers(s)
-        except InputError as e:
-            raise InputError(f"sentence {k + 1}: {e.message}", expected=e.expected) from None
+    _check_all(sentences)
     model: LanguageModel = lm
     if UNK not in lm:
         if not isinstance(lm, NgramModel):

@@ -18,7 +18,6 @@ from typing import Any
 
 from privasr.corpus.markup import map_words, markup_counts
 from privasr.corpus.records import Hypothesis, NBest, Transcript
-from privasr.errors import InputError
 from privasr.metrics.oracle import oracle_wer
 from privasr.metrics.sclite import Conventions
 from privasr.metrics.wer import wer
@@ -67,14 +66,6 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
     return out
 
 
-def _counts(words: Sequence[str]) -> tuple[int, int, int]:
-    """:func:`markup_counts`, or every token a word where braces do not form sclite markup (a Kaldi text's '}')."""
-    try:
-        return markup_counts(words)
-    except InputError:
-        return len(words), 0, 0
-
-
 def transcript_stats(
     transcripts: Sequence[Transcript],
     references: Mapping[str, Sequence[str]] | None = None,
@@ -97,7 +88,8 @@ def transcript_stats(
     (1, 1, 1)
     """
     norm = normalizer or Normalizer.preset("none")
-    counts = [_counts(t.words) if sclite_markup else (len(t), 0, 0) for t in transcripts]
+    # a trn file's markup was checked when it was read (privasr.corpus.formats.trn.reading_markup)
+    counts = [markup_counts(t.words) if sclite_markup else (len(t), 0, 0) for t in transcripts]
     out: dict[str, Any] = {
         "kind": "transcript",
         "utterances": len(transcripts),

@@ -32,12 +32,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from privasr.corpus.markup import check_markup
+from privasr.corpus.markup import check_markup, markup_tokens
 from privasr.corpus.records import Transcript
 from privasr.corpus.textio import PathLike, iter_lines, open_write_text, split_words
 from privasr.errors import InputError
 
-__all__ = ["read_trn", "write_trn", "parse_trn_line", "spu_id", "looks_like_trn", "reading_markup", "markup_tokens"]
+__all__ = ["read_trn", "write_trn", "parse_trn_line", "spu_id", "looks_like_trn", "reading_markup"]
 
 _SPK_SPLIT = re.compile(r"[-_]")
 _MARKUP = ContextVar("privasr_trn_markup", default=False)
@@ -45,7 +45,7 @@ _MARKUP = ContextVar("privasr_trn_markup", default=False)
 
 @contextmanager
 def reading_markup() -> Iterator[None]:
-    """Within this block, trn (and CTM) readers keep sclite's markup tokens instead of refusing them.
+    """Within this block, the trn reader keeps sclite's markup tokens instead of refusing them.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "ref.trn"
@@ -63,15 +63,6 @@ def reading_markup() -> Iterator[None]:
         yield
     finally:
         _MARKUP.reset(token)
-
-
-def markup_tokens(words: Iterable[str]) -> list[str]:
-    """The tokens of ``words`` that are sclite markup: alternation braces, ``@`` and optionally deletable ``(word)``.
-
-    >>> markup_tokens(["a", "{", "b", "/", "@", "}", "(c)", "and/or"])
-    ['{', '@', '}', '(c)']
-    """
-    return [w for w in words if "{" in w or "}" in w or w == "@" or (len(w) >= 2 and w[0] == "(" and w[-1] == ")")]
 
 
 def _check_markup(words: tuple[str, ...]) -> None:
