@@ -4,8 +4,9 @@ Data: the 2,939 LibriSpeech test-other sentences of ``../shared/golden/sctk-maps
 when present, else generated sentences of the same size (seeded). Each timing is the best of several runs.
 Ratios in ``results.json`` (``metrics``):
 
-* ``wer_overhead_ratio``: ``privasr.metrics.wer`` time / ``jiwer.process_words`` time on the same text
-  (validation, empty-sentence handling and per-utterance counts on top of jiwer);
+* ``wer_overhead_ratio``: ``privasr.metrics.wer`` time (its default, sclite's alignment) /
+  ``jiwer.process_words`` time on the same text (validation, empty-sentence handling and per-utterance counts
+  on top of the alignment);
 * ``sclite_align_vs_jiwer_time_ratio``: ``align_many`` (sclite's weighted DP, numpy-batched) / jiwer
   (rapidfuzz C++ Levenshtein); above 1 means the sclite alignment is slower;
 * ``mapsswe_vs_jiwer_time_ratio``: the whole MAPSSWE test (two alignments, segmentation, Z) / one jiwer call;

@@ -65,7 +65,7 @@ def oracle_indices(nbests: Iterable[NBest], top_k: int | None = None) -> tuple[i
     return _choose(_with_refs(nbests), top_k)
 
 
-def oracle_wer(nbests: Iterable[NBest], top_k: int | None = None, *, aligner: Aligner = "jiwer") -> WerResult:
+def oracle_wer(nbests: Iterable[NBest], top_k: int | None = None, *, aligner: Aligner = "sclite") -> WerResult:
     """WER of the best hypothesis in each list (optionally among the first ``top_k``).
 
     Raises :class:`InputError` naming an utterance without a reference.
@@ -82,7 +82,7 @@ def oracle_wer(nbests: Iterable[NBest], top_k: int | None = None, *, aligner: Al
                aligner=aligner)
 
 
-def onebest_wer(nbests: Iterable[NBest], *, aligner: Aligner = "jiwer") -> WerResult:
+def onebest_wer(nbests: Iterable[NBest], *, aligner: Aligner = "sclite") -> WerResult:
     """WER of the first-ranked hypothesis of each list (an empty list is the empty hypothesis).
 
     >>> from privasr.corpus.records import Hypothesis, NBest

@@ -1,10 +1,11 @@
 """Word error rate, with per-utterance counts kept for bootstrap and per-client breakdowns.
 
-:func:`wer` aligns with jiwer 4 (``process_words``, rapidfuzz's C++ Levenshtein, unit costs) by default,
-or with sclite's weighted alignment (:mod:`privasr.metrics.align`) when ``aligner="sclite"``. Both give the
-minimum number of word errors per sentence in practice; they can split those errors differently between
-substitutions, deletions and insertions (sclite counts a substitution as 4 and an insertion or deletion as
-3, so it prefers ``D + I`` to two substitutions). Use ``"sclite"`` to reproduce sclite's Corr/Sub/Del/Ins.
+:func:`wer` aligns as NIST sclite does by default (:mod:`privasr.metrics.align`, sclite's weighted alignment), so
+every S/D/I figure privasr reports comes from one alignment and matches sclite's Corr/Sub/Del/Ins;
+``aligner="jiwer"`` uses jiwer 4 instead (``process_words``, rapidfuzz's C++ Levenshtein, unit costs). Both give
+the minimum number of word errors per sentence in practice; they can split those errors differently between
+substitutions, deletions and insertions (sclite counts a substitution as 4 and an insertion or deletion as 3,
+so it prefers ``D + I`` to two substitutions).
 
 Conventions (those of sclite): an empty reference scores every hypothesis word as an insertion, an empty
 hypothesis every reference word as a deletion. WER is ``errors / ref_words``; with no reference words it
@@ -194,7 +195,7 @@ def wer(
     hyps: Sequence[Sequence[str]],
     *,
     return_alignments: bool = False,
-    aligner: Aligner = "jiwer",
+    aligner: Aligner = "sclite",
     conventions: Conventions | None = None,
 ) -> WerResult:
     """Word error rate of hypotheses against references (one word sequence per utterance each).
@@ -203,7 +204,8 @@ def wer(
         refs: reference word sequences.
         hyps: hypothesis word sequences, one per reference, in the same order.
         return_alignments: also return jiwer ``AlignmentChunk`` lists per utterance.
-        aligner: ``"jiwer"`` (Levenshtein, unit costs) or ``"sclite"`` (sclite's weighted alignment).
+        aligner: ``"sclite"`` (sclite's weighted alignment, the default) or ``"jiwer"`` (Levenshtein, unit
+            costs).
         conventions: sclite's transcript conventions (:class:`privasr.metrics.sclite.Conventions`: alternations,
             ``@``, optionally deletable words, fragments, case folding); ``None`` compares every token as an
             exact word. With ``aligner="jiwer"`` only case folding applies, and markup is an error.
