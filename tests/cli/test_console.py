@@ -24,3 +24,19 @@ def test_a_long_path_is_printed_whole(tmp_path: Path, capsys) -> None:
 def test_consoles_off_a_terminal_are_wide_and_never_wrap() -> None:
     c = make_console()  # under pytest stdout is not a terminal
     assert c.soft_wrap and c.width == PIPE_WIDTH
+
+
+def test_tables_off_a_terminal_print_one_fact_per_line(tmp_path: Path, capsys) -> None:
+    ref, hyp = tmp_path / "ref.trn", tmp_path / "hyp.trn"
+    ref.write_text("a b c d (s1_1)\nb c (s1_2)\n")
+    hyp.write_text("a x c d (s1_1)\nb c e (s1_2)\n")
+    assert main(["score", "wer", str(ref), str(hyp)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "reference words count: 6" in lines
+    assert "substitutions count: 1" in lines and "substitutions % of ref words: 16.67%" in lines
+    assert "WER % of ref words: 33.33%" in lines
+    assert not any(ch in "".join(lines) for ch in "│┃━─")  # no box drawing in a pipe
+    assert main(["score", "compare", str(ref), str(hyp), str(ref)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("bootstrap 95% CI of WER(A) - WER(B)") and line.endswith("points") for line in out)
+    assert "WER A: 33.33%  (2 / 6)" in out

@@ -139,7 +139,10 @@ def test_results_have_the_contract_keys_and_tables(first_run):
     assert m["ppl"] > 1 and m["ppl_baseline"] > 1
     t = res["tables"]
     assert [r["model"] for r in t["table2"]] == ["M1", "M2", "M3", "M4"]
-    assert set(t["table3"][0]) == {"model", "12", "20"}
+    assert set(t["table3"][0]) == {"model", "name", "12", "20"}
+    assert [r["name"] for r in t["table2"]] == ["M1 word 3-gram", "M2 class 3-gram", "M3 LSTM as a 3-gram", "M4 LSTM"]
+    assert m["wer_baseline_system"] == "M1 word 3-gram on anonymised text"
+    assert m["wer_system"].startswith("M1 + M2 + M4 adapted on ")
     assert [r["system"] for r in t["table4"]] == ["M1 + M2", "M1 + M2 + M3", "M1 + M2 + M4"]
     eq2 = t["table4"][2]["eq2"]
     assert abs(eq2["lw"] + eq2["lc"] - 1) < 1e-9 and 0 <= eq2["ln"] <= 1

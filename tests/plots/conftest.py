@@ -19,8 +19,8 @@ def fedlm_results() -> dict:
                                                   "wer_rel_change": -0.02, "ppl": 145.0, "ppl_baseline": 218.0,
                                                   "ece": 0.02},
             "history": history(5, 5.0),
-            "tables": {"loss": [{"loss": "none (unadapted)", "ppl": 218.0, "wer": 0.173},
-                                {"loss": "token", "ppl": 145.0, "wer": 0.169}],
+            "tables": {"loss": [{"loss": "none (unadapted)", "ppl": 218.0, "wer": 0.173, "ci_low": 0.0, "ci_high": 0.0},
+                                {"loss": "token", "ppl": 145.0, "wer": 0.169, "ci_low": -0.007, "ci_high": -0.001}],
                        "noise": [{"noise_multiplier": 0.0, "ppl": 150.0, "wer": 0.1692, "epsilon": "inf"},
                                  {"noise_multiplier": 0.5, "ppl": 195.0, "wer": 0.1706, "epsilon": 27.8},
                                  {"noise_multiplier": 1.5, "ppl": 206.0, "wer": 0.1718, "epsilon": 3.8}]},
@@ -32,10 +32,12 @@ def fedlm_results() -> dict:
 
 @pytest.fixture()
 def fmp_results() -> dict:
-    return {"config": {}, "seed": 0, "metrics": {"wer": 0.1685, "wer_baseline": 0.1735},
+    return {"config": {}, "seed": 0, "metrics": {"wer": 0.1685, "wer_baseline": 0.1735,
+                                                  "wer_baseline_system": "generic NNLM rescoring"},
             "history": [{"round": r, "metrics": {"clients": 16.0, "qbar_mass": 3000.0 * (r + 1),
                                                  "has_qbar": 1.0, "changed": 90.0 + r}} for r in range(4)],
-            "tables": {"rounds": [{"T": t, "wer": 0.17 - 0.0005 * t, "mapsswe_p": 0.01} for t in (1, 2, 5, 10)],
+            "tables": {"rounds": [{"T": t, "wer": 0.17 - 0.0005 * t, "mapsswe_p": 0.01, "ci_low": -0.0035 - 0.0005 * t,
+                                   "ci_high": -0.0015 - 0.0005 * t} for t in (1, 2, 5, 10)],
                        "hyper": [{"alpha": 0.5, "beta": 0.25, "sigma": s, "wer": 0.168 + 0.0001 * s}
                                  for s in (0.1, 1.0, 5.0, 10.0)]
                        + [{"alpha": 0.0, "beta": 0.75, "sigma": 5.0, "wer": 0.1717}],
@@ -72,9 +74,10 @@ def demo_like() -> dict:
 @pytest.fixture()
 def ftl_like() -> dict:
     return {"config": {}, "seed": 0, "metrics": {"target_loss": 0.6, "wer_seed": 0.85, "cer_seed": 0.3},
-            "runs": {"ftl": {"valid_loss": [0.7, 0.5, 0.45], "train_loss": [0.8, 0.6, 0.5], "wer": 0.8, "cer": 0.2},
-                     "fedavg": {"valid_loss": [0.7, 0.6, 0.55], "train_loss": [0.8, 0.7, 0.6], "wer": 0.82,
-                                "cer": 0.25}}}
+            "runs": {"ftl": {"valid_loss": [0.7, 0.5, 0.45], "train_loss": [0.8, 0.6, 0.5], "wer": 0.8, "cer": 0.2,
+                             "label": "FTL (client SGD + server Adam, softmax weighting)"},
+                     "baseline": {"valid_loss": [0.7, 0.6, 0.55], "train_loss": [0.8, 0.7, 0.6], "wer": 0.82,
+                                  "cer": 0.25, "label": "FedAvg (client SGD, count weighting)"}}}
 
 
 @pytest.fixture()

@@ -64,3 +64,41 @@ def test_saving_closes_the_figure(tmp_path, fmp_results):
         for p in kind([("", fmp_results)]):
             p.save(tmp_path)
     assert set(plt.get_fignums()) == before
+
+
+def test_sweeps_draw_the_bootstrap_interval_and_name_the_baseline(fmp_results, fedlm_results):
+    from privasr.plots.sweeps import table_sweeps
+
+    plots = {p.name: p for p in table_sweeps([("", fmp_results)])}
+    ax = plots["table_rounds"].figure.axes[0]
+    bars = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(bars) == 1  # one interval per point of the rounds line
+    segments = bars[0].lines[2][0].get_segments()
+    assert len(segments) == 4
+    # T = 1: WER 16.95%, interval [-0.40, -0.20] points around the baseline's 17.35%: 16.95% .. 17.15%
+    (x0, lo), (_, hi) = segments[0]
+    assert x0 == 1 and lo == pytest.approx(16.95) and hi == pytest.approx(17.15)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "baseline: generic NNLM rescoring" in legend
+    texts = [t.get_text() for t in plots["table_rounds"].figure.texts]
+    assert any("95% paired-bootstrap interval" in t for t in texts)
+    hyper = [t.get_text() for t in plots["table_hyper"].figure.texts]
+    assert not any("bootstrap" in t for t in hyper)  # rows without intervals: no bars, no note
+    loss = {p.name: p for p in table_sweeps([("", fedlm_results)])}["table_loss"]
+    assert any(type(c).__name__ == "ErrorbarContainer" for c in loss.figure.axes[0].containers)
+    for p in [*plots.values(), loss]:
+        pyplot().close(p.figure)
+
+
+def test_ftl_plots_name_the_runs(ftl_like):
+    from privasr.plots.curves import ftl_convergence
+
+    conv, bars = ftl_convergence([("", ftl_like)])
+    legend = [t.get_text() for t in conv.figure.axes[0].get_legend().get_texts()]
+    assert "FTL (client SGD + server Adam, softmax weighting)" in legend
+    assert "FedAvg (client SGD, count weighting)" in legend
+    ticks = [t.get_text().replace("\n", " ") for t in bars.figure.axes[0].get_xticklabels()]
+    assert ticks == ["seed model", "FTL (client SGD + server Adam, softmax weighting)",
+                     "FedAvg (client SGD, count weighting)"]
+    for p in (conv, bars):
+        pyplot().close(p.figure)

@@ -45,7 +45,7 @@ def test_table_sweeps_axes_groups_and_baseline(fmp_results, fedlm_results):
     rounds = by_name["table_rounds"].figure.axes[0]
     assert list(rounds.get_lines()[0].get_xdata()) == [1, 2, 5, 10]
     assert list(rounds.get_lines()[0].get_ydata()) == pytest.approx([100 * (0.17 - 0.0005 * t) for t in (1, 2, 5, 10)])
-    assert "baseline" in _lines(by_name["table_rounds"])
+    assert "baseline: generic NNLM rescoring" in _lines(by_name["table_rounds"])
     # sigma sweeps per (alpha, beta): the 4-point group is a line, its x axis is logarithmic
     hyper = by_name["table_hyper"].figure.axes[0]
     assert "alpha 0.5, beta 0.25" in _lines(by_name["table_hyper"]) and hyper.get_xscale() == "log"

@@ -40,7 +40,8 @@ def run(
     m = run_anon(cfg, out, argv=_command_line(), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     rec = m["recovered_fraction"]
     make_console().print(
-        f"test WER {100 * m['wer']:.2f}% (M1 anonymised {100 * m['wer_baseline']:.2f}%, M1 original "
-        f"{100 * m['wer_original']:.2f}%; MAPSSWE p {m['mapsswe_p']:.3g}); recovered fraction "
+        f"test WER: {m['wer_system']} {100 * m['wer']:.2f}% (baseline {m['wer_baseline_system']} "
+        f"{100 * m['wer_baseline']:.2f}%, MAPSSWE p {m['mapsswe_p']:.3g}; {m['wer_original_system']} "
+        f"{100 * m['wer_original']:.2f}%); recovered fraction "
         + ("n/a" if rec is None else f"{rec:.2f}") + f"; ppl {m['ppl']:.1f} vs {m['ppl_baseline']:.1f}")
     make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

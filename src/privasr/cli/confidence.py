@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from privasr.cli._console import make_console
+from privasr.cli._console import make_console, print_table
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
 from privasr.lm.base import LanguageModel
@@ -157,7 +157,7 @@ def _print_report(kind: str, nbest: Path, report: Any, raw: Any) -> None:
     for name in ("auc", "ece", "nce", "brier", "mean_confidence"):
         table.add_row(name.upper() if len(name) <= 5 else name, _fmt(getattr(report, name)), _fmt(getattr(raw, name)))
     table.add_row("base rate (correct words)", _fmt(report.base_rate), "")
-    out_console.print(table)
+    print_table(out_console, table)
 
 @app.command("apply")
 def apply_cmd(

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from privasr import progress
-from privasr.cli._console import make_console
+from privasr.cli._console import make_console, print_table
 from privasr.errors import InputError
 
 app = typer.Typer(help="Inspect, convert and synthesise ASR corpora.", no_args_is_help=True)
@@ -128,7 +128,7 @@ def inspect(
         out_console.print(f"{path}: {folder['description']}")
         for name, f in folder["files"].items():
             out_console.print(f"  {name}: {f['what']}")
-    out_console.print(table)
+    print_table(out_console, table)
 
 
 def output_targets(datasets: list[Any], src: Path, dst: Path, to: str, force: bool) -> list[tuple[Any, Path]]:

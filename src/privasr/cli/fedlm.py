@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from privasr.cli._console import make_console
 from privasr.errors import InputError
@@ -31,6 +32,7 @@ def run(
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
+    from privasr.metrics.bootstrap import difference_interval
     from privasr.outputs import check_output_dir, output_dir
 
     check_output_dir(out)
@@ -45,9 +47,11 @@ def run(
     line = (f"perplexity {m['ppl']:.2f} (unadapted {m['ppl_baseline']:.2f}"
             + (f", all utterances {m['ppl_all_utts']:.2f}" if "ppl_all_utts" in m else "") + ")")
     if "wer" in m:
-        line += (f"; test WER {100 * m['wer']:.2f}% (unadapted {100 * m['wer_baseline']:.2f}%, relative "
-                 f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g})")
+        line += (f"; test WER: {m['wer_system']} {100 * m['wer']:.2f}% against the baseline "
+                 f"{m['wer_baseline_system']} {100 * m['wer_baseline']:.2f}% (relative "
+                 f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}; "
+                 f"{difference_interval(m['bootstrap_ci_low'], m['bootstrap_ci_high'])})")
     if "epsilon" in m:
         line += f"; epsilon = {m['epsilon']:.3g} at delta = {m['delta']:.3g}"
-    con.print(line)
+    con.print(escape(line))
     con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from privasr.cli._console import make_console
 from privasr.errors import InputError
@@ -31,6 +32,7 @@ def run(
     from privasr.cli.rescore import _command_line, print_warnings
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
+    from privasr.metrics.bootstrap import difference_interval
     from privasr.outputs import check_output_dir, output_dir
 
     check_output_dir(out)
@@ -43,9 +45,11 @@ def run(
         m = run_fmp(cfg, out, argv=_command_line())
     print_warnings(m)
     con = make_console()
-    con.print(f"test WER {100 * m['wer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}%, relative "
-              f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}), T = {m['rounds']}, "
-              f"lam = {m['lam']:g}" + (f", epsilon = {m['epsilon']:.3g}" if "epsilon" in m else ""))
+    con.print(escape(f"test WER: {m['wer_system']} {100 * m['wer']:.2f}% against the baseline "
+                     f"{m['wer_baseline_system']} {100 * m['wer_baseline']:.2f}% (relative "
+                     f"{100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}; "
+                     f"{difference_interval(m['bootstrap_ci_low'], m['bootstrap_ci_high'])}); lam = {m['lam']:g}"
+                     + (f", epsilon = {m['epsilon']:.3g}" if "epsilon" in m else "")))
     con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 

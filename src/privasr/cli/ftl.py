@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from privasr.cli._console import make_console
 from privasr.errors import InputError
@@ -41,10 +42,12 @@ def run(
         raise e.at(config) from None
     with output_dir(out), make_console(stderr=True).status(f"FTL ({cfg.name})"):
         m = run_ftl(cfg, out, argv=_command_line())
-    make_console().print(
-        f"test WER {100 * m['wer']:.2f}% CER {100 * m['cer']:.2f}% (baseline {100 * m['wer_baseline']:.2f}% / "
-        f"{100 * m['cer_baseline']:.2f}%); rounds to target loss {m['target_loss']:.4f}: {m['rounds_to_target']} "
-        f"vs {m['rounds_to_target_baseline']}")
+    r, rb = m["rounds_to_target"], m["rounds_to_target_baseline"]
+    make_console().print(escape(
+        f"test WER / CER: {m['wer_system']} {100 * m['wer']:.2f}% / {100 * m['cer']:.2f}% against the baseline "
+        f"{m['wer_baseline_system']} {100 * m['wer_baseline']:.2f}% / {100 * m['cer_baseline']:.2f}% (MAPSSWE p = "
+        f"{m['mapsswe_p']:.3g}); rounds to the target loss {m['target_loss']:.4f}: "
+        f"{'not reached' if r is None else r} against {'not reached' if rb is None else rb}"))
     make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from privasr.cli._console import make_console
+from privasr.cli._console import make_console, print_table
 from privasr.corpus.records import NBest, Transcript
 from privasr.errors import InputError
 from privasr.results import write_results
@@ -244,7 +244,7 @@ def wer_cmd(
     table.add_row("insertions", f"{r.insertions:,}", share(r.insertions))
     table.add_row("WER", f"{r.errors:,}", _pct(r.wer), style="bold")
     table.add_row("sentence errors", f"{r.sentence_errors:,}", f"{_pct(r.ser)} of sentences")
-    out_console.print(table)
+    print_table(out_console, table)
     per_spk = (by_speaker([t.utt_id for t in refs], r, fold_case=conv.markup and not conv.case_sensitive)
                if speakers or json_out is not None else {})
     if speakers:
@@ -255,7 +255,7 @@ def wer_cmd(
             st.add_row(spk, f"{d['sentences']:,}", f"{d['ref_words']:,}", f"{d['hits']:,}", f"{d['substitutions']:,}",
                        f"{d['deletions']:,}", f"{d['insertions']:,}",
                        "n/a" if d["wer"] is None else f"{100 * d['wer']:.2f}%", f"{d['sentence_errors']:,}")
-        out_console.print(st)
+        print_table(out_console, st)
     if json_out is not None:
         write_results(json_out.parent, filename=json_out.name, seed=None, metrics={**r.as_dict(), "speakers": per_spk},
                       config={"command": "score wer", "ref": str(ref), "hyp": str(hyp), "format": fmt,
@@ -341,7 +341,7 @@ def compare_cmd(
     table.add_row(f"bootstrap {100 * confidence:g}% CI of WER(A) - WER(B) ({resamples:,} resamples)",
                   f"[{100 * bs.ci_low:+.2f}, {100 * bs.ci_high:+.2f}] points")
     table.add_row("P(A better) over resamples", f"{bs.prob_a_better:.3f}")
-    out_console.print(table)
+    print_table(out_console, table)
     if out is not None:
         config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite", "normalize": normalize,
                   "conventions": conv_name, "case_sensitive": conv.case_sensitive,

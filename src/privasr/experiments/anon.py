@@ -75,6 +75,7 @@ Trained models are cached in ``cache_dir`` under names keyed by a hash of everyt
 the full example)::
 
     name: anon
+    label: null                       # the primary system's human name (default: its models and adaptation set)
     seed: 0                           # pool split, adaptation sets, surrogates, bootstrap
     data:                             # required, all three keys
       transcripts: DIR                # AMI_proprec: train/ (models, pool) and dev/ (dev text)
@@ -139,6 +140,15 @@ __all__ = ["AnonRunConfig", "DataSettings", "NerSettings", "PoolSettings", "Adap
 
 SYSTEMS = ("wc", "wc_m3", "wc_m4")
 """The interpolated systems of Table 4: word + class, + adapted M3, + fine-tuned M4 (``primary`` is one)."""
+MIX_NAMES = {"wc": "M1 + M2", "wc_m3": "M1 + M2 + M3", "wc_m4": "M1 + M2 + M4"}
+"""Table 4's names of the interpolated systems."""
+
+
+def model_name(model: str, order: int) -> str:
+    """A model's human name, the paper's label first: ``model_name("m2", 3) == "M2 class 3-gram"``."""
+    what = {"m1": f"word {order}-gram", "m2": f"class {order}-gram", "m3": f"LSTM as a {order}-gram",
+            "m4": "LSTM"}[model]
+    return f"{model.upper()} {what}"
 _FALLBACK = (0.5, 1.0, 1.5)  # lmplz --discount_fallback: only where the closed-form discounts fail (tiny data)
 
 
@@ -372,6 +382,7 @@ class AnonRunConfig:
     """An anonymised-LM experiment config (module docstring), validated by :func:`load_anon_config`."""
 
     name: str = "anon"
+    label: str | None = None
     seed: int = setting(0, min=0)
     data: DataSettings
     ner: NerSettings = field(default_factory=NerSettings)
@@ -387,6 +398,22 @@ class AnonRunConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     cache_dir: Path | None = None
     export_arpa: bool = False
+
+    @property
+    def system(self) -> str:
+        """The primary system's human name: ``label``, else its models and adaptation set, e.g.
+        ``M1 + M2 + M4 adapted on 12% clean text``."""
+        return self.label or f"{MIX_NAMES[self.primary]} adapted on {_pct_name(self.mix_size)}% clean text"
+
+    @property
+    def baseline(self) -> str:
+        """The baseline's human name: M1 (the word n-gram) trained on the anonymised text, not adapted."""
+        return f"{model_name('m1', self.order)} on anonymised text"
+
+    @property
+    def original(self) -> str:
+        """The reference point's human name: M1 trained on the original (not anonymised) text."""
+        return f"{model_name('m1', self.order)} on original text"
 
     @property
     def mix_size(self) -> float:
@@ -994,7 +1021,8 @@ def evaluate(cfg: AnonRunConfig, data: _Data, models: _Models, systems: Mapping[
     lost = w_base.wer - w_orig.wer
     recovered = (w_base.wer - w_new.wer) / lost if lost > 0 else None
     metrics: dict[str, Any] = {
-        "wer": w_new.wer, "wer_baseline": w_base.wer, "wer_original": w_orig.wer,
+        "wer": w_new.wer, "wer_baseline": w_base.wer, "wer_original": w_orig.wer, "wer_system": cfg.system,
+        "wer_baseline_system": cfg.baseline, "wer_original_system": cfg.original,
         "wer_rel_change": (w_new.wer - w_base.wer) / w_base.wer if w_base.wer > 0 else None,
         "mapsswe_p": rows[prim]["mapsswe_p_vs_baseline"], "mapsswe_better": rows[prim]["better"],
         "mapsswe_p_original_vs_baseline": rows["m1_orig"]["mapsswe_p_vs_baseline"],
@@ -1014,14 +1042,14 @@ def evaluate(cfg: AnonRunConfig, data: _Data, models: _Models, systems: Mapping[
 def _tables(cfg: AnonRunConfig, rows: Mapping[str, Any], mix_info: Mapping[str, Any]) -> dict[str, Any]:
     """Tables 2 (anonymised vs original), 3 (adaptation sizes) and 4 (interpolations) from the rows."""
     return {
-        "table2": [{"model": m.upper(), "anonymised": rows[f"{m}_anon"], "original": rows[f"{m}_orig"]}
-                   for m in ("m1", "m2", "m3", "m4")],
-        "table3": [{"model": m.upper(), **{_pct_name(s): rows[f"{m}_fma{_pct_name(s)}" if m != "m4"
+        "table2": [{"model": m.upper(), "name": model_name(m, cfg.order), "anonymised": rows[f"{m}_anon"],
+                    "original": rows[f"{m}_orig"]} for m in ("m1", "m2", "m3", "m4")],
+        "table3": [{"model": m.upper(), "name": model_name(m, cfg.order), **{_pct_name(s): rows[f"{m}_fma{_pct_name(s)}" if m != "m4"
                                                              else f"m4_ft{_pct_name(s)}"]
                                            for s in cfg.adaptation.sizes}}
                    for m in ("m1", "m2", "m3", "m4")],
         "table4": [{**rows[f"mix_{s}"], **mix_info[s],
-                    "system": {"wc": "M1 + M2", "wc_m3": "M1 + M2 + M3", "wc_m4": "M1 + M2 + M4"}[s]}
+                    "system": MIX_NAMES[s]}
                    for s in SYSTEMS],
     }
 
@@ -1197,25 +1225,27 @@ def _report(cfg: AnonRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
         "tokens.", "",
         "| system | test WER | PPL |", "|---|---|---|",
         f"| first pass | {_pct(m['wer_first_pass'])} | |",
-        f"| M1 on anonymised text (`wer_baseline`) | {_pct(m['wer_baseline'])} | {m['ppl_baseline']:.1f} |",
-        f"| M1 on original text (`wer_original`) | {_pct(m['wer_original'])} | {m['ppl_original']:.1f} |",
-        f"| adapted + interpolated ({cfg.primary}, `wer`) | {_pct(m['wer'])} "
+        f"| {m['wer_baseline_system']} (baseline, `wer_baseline`) | {_pct(m['wer_baseline'])} | "
+        f"{m['ppl_baseline']:.1f} |",
+        f"| {m['wer_original_system']} (`wer_original`) | {_pct(m['wer_original'])} | {m['ppl_original']:.1f} |",
+        f"| {m['wer_system']} (interpolated, `wer`) | {_pct(m['wer'])} "
         f"({100 * (m['wer_rel_change'] or 0):+.2f}% rel., MAPSSWE p = {m['mapsswe_p']:.3g}) | {m['ppl']:.1f} |", "",
         f"WER lost to anonymisation: {100 * m['wer_lost_to_anonymisation']:.2f} points; recovered fraction: "
         + ("n/a (nothing lost)" if rec is None else f"{rec:.2f}") + f" (target >= 0.5: "
         f"{'met' if m['target_met'] else 'not met'}). Perplexity lost: {m['ppl_lost_to_anonymisation']:.1f}; "
         "recovered fraction: " + ("n/a" if m["ppl_recovered_fraction"] is None else f"{m['ppl_recovered_fraction']:.2f}")
         + ".", "",
-        "Cells: test WER / test-reference perplexity (MAPSSWE p against `wer_baseline`).", "",
+        f"Cells: test WER / test-reference perplexity (MAPSSWE p against the baseline, {m['wer_baseline_system']}).",
+        "",
         "## Table 2: anonymised vs original training text", "",
         "| model | anonymised | original |", "|---|---|---|"]
     for r in tables["table2"]:
-        lines.append(f"| {r['model']} | {_cell(r['anonymised'])} | {_cell(r['original'])} |")
+        lines.append(f"| {r.get('name', r['model'])} | {_cell(r['anonymised'])} | {_cell(r['original'])} |")
     sizes = [_pct_name(s) for s in cfg.adaptation.sizes]
     lines += ["", "## Table 3: adaptation on clean data (FMA for M1-M3, fine-tuning for M4)", "",
               "| model | " + " | ".join(f"{s}%" for s in sizes) + " |", "|---|" + "---|" * len(sizes)]
     for r in tables["table3"]:
-        lines.append(f"| {r['model']} | " + " | ".join(_cell(r[s]) for s in sizes) + " |")
+        lines.append(f"| {r.get('name', r['model'])} | " + " | ".join(_cell(r[s]) for s in sizes) + " |")
     lines += ["", f"## Table 4: interpolation of the adapted models ({_pct_name(cfg.mix_size)}% adaptation set)", "",
               "| system | eq. 2 weights | cell |", "|---|---|---|"]
     for r in tables["table4"]:

@@ -64,6 +64,7 @@ Config (YAML; every key optional unless marked; the schema is :class:`FedLmRunCo
 strings may use ``${PRIVASR_DATA}``)::
 
     name: fedlm
+    label: null                       # the system's human name (default: from the loss and the rescoring)
     seed: 0
     data:                             # required; the keys of its kind only
       kind: nbest                     # nbest: dev (required), test (required), client_text: first_pass | reference
@@ -109,7 +110,9 @@ from privasr.config import Context, check_str, expand_vars, from_mapping, settin
 from privasr.corpus.formats.ctm import ctm_utterances
 from privasr.corpus.formats.earnings21_calls import read_call_ids
 from privasr.errors import ConfigError, InputError
+from privasr.experiments._report import markdown_table
 from privasr.federated.sampling import FederationSettings
+from privasr.metrics.bootstrap import difference_interval
 from privasr.rescore.lms import LMSettings, LMSpec
 from privasr.rescore.search import CoordinateSettings, SearchSettings
 
@@ -283,6 +286,7 @@ class FedLmRunConfig:
     """
 
     name: str = "fedlm"
+    label: str | None = None
     seed: int = setting(0, min=0)
     data: DataSettings
     clients: ClientSettings = field(default_factory=ClientSettings)
@@ -1109,7 +1113,9 @@ BASELINE_NAME = "unadapted NNLM rescoring"
 
 def system_name(cfg: Any) -> str:
     """The system's human name, e.g. ``federatedly fine-tuned NNLM rescoring (token loss, with the unadapted NNLM,
-    DP)``."""
+    DP)``; the config's ``label`` when it has one."""
+    if getattr(cfg, "label", ""):
+        return str(cfg.label)
     loss = (cfg.fedlm or {}).get("loss") if isinstance(cfg.fedlm, dict) else None
     parts = [f"{loss} loss"] if loss else []
     if cfg.rescore.with_baseline:
@@ -1126,10 +1132,15 @@ def _counts(w: Any) -> dict[str, int]:
 
 
 def _row_wer(ev: _WerEval | None, run: dict[str, Any]) -> dict[str, Any]:
+    from privasr.metrics import paired_bootstrap
+
     if ev is None:
         return {}
     r = run.setdefault("wer", ev(run["params"]))
-    return {"wer": r["wer"], "wer_rel_change": r["wer_rel_change"], "mapsswe_p": r["mapsswe_p"]}
+    bs = paired_bootstrap(r["_wer"].utt_errors, ev.w_base.utt_errors, r["_wer"].utt_ref_words, seed=ev.cfg.seed,
+                          resamples=ev.cfg.eval.bootstrap_resamples)
+    return {"wer": r["wer"], "wer_rel_change": r["wer_rel_change"], "mapsswe_p": r["mapsswe_p"],
+            "ci_low": bs.ci_low, "ci_high": bs.ci_high}
 
 
 def _kept_share(data: _Data, threshold: float) -> float:
@@ -1223,7 +1234,8 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
         lines += ["| system | test WER |", "|---|---|", f"| first-pass 1-best | {100 * m['wer_first_pass']:.2f}% |",
                   f"| {m.get('wer_baseline_system', BASELINE_NAME)} (baseline) | {100 * m['wer_baseline']:.2f}% |",
                   f"| {m.get('wer_system', system_name(cfg))} | {100 * m['wer']:.2f}% ({100 * m['wer_rel_change']:+.2f}% "
-                  f"rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |", ""]
+                  f"rel., MAPSSWE p = {m['mapsswe_p']:.3g}) |", "",
+                  difference_interval(m.get("bootstrap_ci_low"), m.get("bootstrap_ci_high")) + ".", ""]
     if "epsilon" in m:
         lines += [f"Differential privacy: noise multiplier {m['noise_multiplier']:g}, clip {m['clip_norm']:g}, "
                   f"epsilon = {m['epsilon']:.4g} at delta = {m['delta']:.3g} ({m['accountant']}); each round's "
@@ -1241,15 +1253,7 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     if curve is not None:
         lines += ["Reliability diagram of the clients' confidences (also `reliability.csv`):", "",
                   *_reliability_lines(curve), ""]
-    for name, rows in tables.items():
-        if not rows:
-            continue
-        keys = list(rows[0])
-        lines += [f"## {name}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        for r in rows:
-            lines.append("| " + " | ".join(_cell(k, r.get(k)) for k in keys) + " |")
-        lines.append("")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, _cell) for name, rows in tables.items())
 
 
 def _cell(key: str, v: Any) -> str:

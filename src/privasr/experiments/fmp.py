@@ -35,7 +35,8 @@ send them anywhere); what crosses to the server is only the :class:`~privasr.fed
 Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConfig`, read with
 :mod:`privasr.config`; strings may use ``${PRIVASR_DATA}``)::
 
-    name: fmp                         # a label for the report
+    name: fmp                         # the report's title
+    label: null                       # the system's human name (default: e.g. generic NNLM rescoring + FMP, T = 10)
     seed: 0                           # simulation, sampling and bootstrap seed
     data:                             # required: dev + test N-best sets, or one set split by key
       dev: PATH
@@ -101,6 +102,7 @@ from privasr import __version__
 from privasr.config import Context, check_int, check_number, from_mapping, setting, to_dict, unknown_keys
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
+from privasr.experiments._report import markdown_table
 from privasr.experiments.rescore import SplitSettings, data_warnings
 from privasr.federated.algorithms.fmp import REFRESH, SEND, FmpConfig
 from privasr.federated.algorithms.fmp_data import (
@@ -110,6 +112,7 @@ from privasr.federated.algorithms.fmp_data import (
     nnlm_normalizer,
 )
 from privasr.federated.sampling import FederationSettings
+from privasr.metrics.bootstrap import difference_interval
 from privasr.rescore.lms import LMSettings
 from privasr.rescore.search import CoordinateSettings
 
@@ -303,6 +306,7 @@ class FmpRunConfig:
     """
 
     name: str = "fmp"
+    label: str | None = None
     seed: int = setting(0, min=0)
     data: FmpDataSettings | None = None
     clients: ClientSettings = field(default_factory=ClientSettings)
@@ -963,11 +967,13 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
            norm: Any = None) -> dict[str, Any]:
     """The optional tables (paper Tables 2-4 and personal bigrams): FMP re-run on test with the dev-tuned ``lam``
     (and ``lam2``) for each number of rounds, hyper-parameter row, epsilon (DP) and bigram row; each row's test
-    WER and MAPSSWE p against the baseline's ``base_words``."""
-    from privasr.metrics import mapsswe, wer
+    WER, MAPSSWE p and paired-bootstrap interval (``ci_low``, ``ci_high``: row minus baseline, as a fraction)
+    against the baseline's ``base_words``."""
+    from privasr.metrics import mapsswe, paired_bootstrap, wer
 
     refs = [nb.ref for nb in p.test]
     ids = [nb.utt_id for nb in p.test]
+    w_base = wer(refs, base_words)
 
     def row(fmp: Mapping[str, Any], rounds: int, dp: Mapping[str, Any] | None) -> dict[str, Any]:
         clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.clients.key, rounds,
@@ -978,9 +984,12 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
         chosen, _, priv = simulate(clients, p.u, fmp, lam, rounds, seed=cfg.seed, dp=dp,
                                    shift=1 if cfg.oracle_cache else 0, bigram=p.bigram, normalizer=norm)
         words = _words(chosen, p.test)
-        w = wer(refs, words).wer
+        w = wer(refs, words)
         mp = mapsswe(refs, words, base_words, ids=ids)
-        return {"wer": w, "mapsswe_p": mp.p, "better": mp.better, **priv}
+        bs = paired_bootstrap(w.utt_errors, w_base.utt_errors, w.utt_ref_words, seed=cfg.seed,
+                              resamples=cfg.eval.bootstrap_resamples)
+        return {"wer": w.wer, "mapsswe_p": mp.p, "better": mp.better, "ci_low": bs.ci_low, "ci_high": bs.ci_high,
+                **priv}
 
     t, params, rounds = cfg.tables, cfg.fmp.params(), cfg.fmp.rounds
     out: dict[str, Any] = {}
@@ -1010,6 +1019,8 @@ def baseline_name(cfg: FmpRunConfig) -> str:
 
 def system_name(cfg: FmpRunConfig) -> str:
     """The system's human name, e.g. ``generic NNLM rescoring + FMP, T = 10, DP epsilon 1``."""
+    if cfg.label:
+        return cfg.label
     dp = f", DP epsilon {cfg.dp.epsilon:g}" if cfg.dp is not None and cfg.dp.epsilon is not None else ""
     return f"{baseline_name(cfg)} + FMP, T = {cfg.fmp.rounds}{dp}"
 
@@ -1027,7 +1038,7 @@ def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
               f"| {baseline_name(cfg)} (baseline) | {_pct(m['wer_baseline'])} |",
               f"| {system_name(cfg)} | {_pct(m['wer'])} ({100 * m['wer_rel_change']:+.2f}% rel., MAPSSWE p = "
               f"{m['mapsswe_p']:.3g}) |",
-              ""]
+              "", difference_interval(m.get("bootstrap_ci_low"), m.get("bootstrap_ci_high")) + ".", ""]
     if m.get("oracle_cache"):
         lines += ["**Diagnostic run (`oracle_cache: true`): the clients' caches hold the reference text, not the "
                   "decoded N-best lists. This is the ceiling of unigram marginals, not a system.**", ""]
@@ -1038,13 +1049,8 @@ def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
         lines += [f"Reference words recognised correctly more often than by the baseline (net {wc['net']:+d}): "
                   + ", ".join(f"{w} +{n}" for w, n in wc["gained"]) + "; less often: "
                   + ", ".join(f"{w} -{n}" for w, n in wc["lost"]) + ".", ""]
-    for name, rows in tables.items():
-        if not rows:
-            continue
-        keys = [k for k in rows[0] if k not in ("better",)]
-        lines += [f"## {name}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        for r in rows:
-            lines.append("| " + " | ".join(_pct(r[k]) if k == "wer" else (f"{r[k]:.3g}" if isinstance(r[k], float)
-                                                                           else str(r[k])) for k in keys) + " |")
-        lines.append("")
-    return "\n".join(lines) + "\n"
+    def cell(k: str, v: Any) -> str:
+        return _pct(v) if k == "wer" else (f"{v:.3g}" if isinstance(v, float) else str(v))
+
+    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, cell, skip=("better",))
+                                             for name, rows in tables.items())

@@ -45,6 +45,7 @@ Config (YAML; every key optional; the schema is :class:`FtlRunConfig`, read with
 unknown keys, wrong types and bad values are errors naming the key path)::
 
     name: ftl
+    label: null                       # the system's human name (default: from its ftl config, run_name)
     seed: 0
     data: {kind: an4, root: null, cmvn: speaker, seed_fraction: 0.5, valid_every: 10,
            speakers: 16, utterances: 12, test_speakers: 4}   # the last three: kind synthetic only
@@ -225,6 +226,7 @@ class FtlRunConfig:
     """
 
     name: str = "ftl"
+    label: str | None = None
     seed: int = setting(0, min=0)
     data: DataSettings = field(default_factory=DataSettings)
     units: UnitsSettings = field(default_factory=UnitsSettings)
@@ -703,7 +705,42 @@ def federated_runs(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path) -> _R
     target = cfg.target_loss if cfg.target_loss is not None else min(base["valid_loss"])
     for r in (main, base, *rows):
         r["rounds_to_target"] = _rounds_to(r["valid_loss"], target)
+    main["label"] = cfg.label or run_name(cfg.ftl, cfg.clients.key)
+    base["label"] = run_name(cfg.baseline, cfg.clients.key)
+    for r, v in zip(rows, cfg.tables.variants, strict=True):
+        r["label"] = run_name(v.ftl, v.clients or cfg.clients.key)
     return _Runs(main, base, rows, target)
+
+
+_OPTIMISERS = {"sgd": "SGD", "adam": "Adam", "adagrad": "Adagrad", "yogi": "Yogi", "lamb": "LAMB", "lars": "LARS"}
+
+
+def run_name(ftl: FtlConfig, clients: str = "speaker") -> str:
+    """A federated run's human name from its config: FedAvg when the server averages, else FTL with its
+    optimiser pair; the weighting, server replay and client grouping when they are not the defaults.
+
+    >>> run_name(FtlConfig.from_dict({"server": {"name": "adam", "lr": 0.001}, "weighting": "softmax"}))
+    'FTL (client SGD + server Adam, softmax weighting)'
+    >>> run_name(FtlConfig.from_dict({"server": "fedavg", "weighting": "count", "replay_steps": 2}), "groups")
+    'FedAvg (client SGD, count weighting, server replay 2 steps, speaker groups as clients)'
+    """
+    def opt(spec: Any) -> str:
+        name = spec["name"] if isinstance(spec, Mapping) else str(spec)
+        return _OPTIMISERS.get(name, name)
+
+    server = opt(ftl.server)
+    client = opt(ftl.client_optimizer)
+    head = f"FedAvg (client {client}" if server == "fedavg" else f"FTL (client {client} + server {server}"
+    weighting = f"{ftl.weighting} weighting" + (f", T = {ftl.temperature:g}" if ftl.weighting == "softmax"
+                                                 and ftl.temperature != 1.0 else "")
+    parts = [weighting]
+    if ftl.replay_steps:
+        parts.append(f"server replay {ftl.replay_steps} steps")
+    if ftl.delta_clip is not None:
+        parts.append(f"delta clip {ftl.delta_clip:g}")
+    if clients == "groups":
+        parts.append("speaker groups as clients")
+    return f"{head}, {', '.join(parts)})"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -730,7 +767,8 @@ def _metrics(cfg: FtlRunConfig, data: _Data, seed: _Seed, runs: _Runs, t_start: 
     main, base = runs.main, runs.base
     r_main, r_base = main["rounds_to_target"], base["rounds_to_target"]
     return {
-        "wer": main["wer"], "cer": main["cer"], "rounds_to_target": r_main, "rounds_to_target_baseline": r_base,
+        "wer": main["wer"], "cer": main["cer"], "wer_system": main["label"], "wer_baseline_system": base["label"],
+        "rounds_to_target": r_main, "rounds_to_target_baseline": r_base,
         "rounds_ratio": (r_base / r_main) if (r_main and r_base) else None,
         "wer_baseline": base["wer"], "cer_baseline": base["cer"], **_significance(data.test, main, base),
         "target_loss": runs.target,
@@ -760,18 +798,25 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{100 * x:.2f}%"
 
 
+def _names(m: Mapping[str, Any]) -> tuple[str, str]:
+    """The system's and the baseline's human names (``wer_system``, ``wer_baseline_system``)."""
+    return str(m.get("wer_system") or "the system"), str(m.get("wer_baseline_system") or "the baseline")
+
+
 def _rounds_sentence(m: Mapping[str, Any], rounds: int) -> str:
     """Rounds to the target, in words (a run that never reaches it says so).
 
-    >>> _rounds_sentence({"rounds_to_target": None, "rounds_to_target_baseline": 6, "rounds_ratio": None}, 6)
-    'Rounds to the target: the system does not reach it in 6 rounds; the baseline reaches it at round 6.'
+    >>> _rounds_sentence({"rounds_to_target": None, "rounds_to_target_baseline": 6, "rounds_ratio": None,
+    ...                   "wer_system": "FTL", "wer_baseline_system": "FedAvg"}, 6)
+    'Rounds to the target: FTL does not reach it in 6 rounds; FedAvg reaches it at round 6.'
     """
     def when(r: int | None, who: str) -> str:
         return f"{who} does not reach it in {rounds} rounds" if r is None else f"{who} reaches it at round {r}"
 
+    system, baseline = _names(m)
     ratio = m.get("rounds_ratio")
-    return (f"Rounds to the target: {when(m['rounds_to_target'], 'the system')}; "
-            f"{when(m['rounds_to_target_baseline'], 'the baseline')}"
+    return (f"Rounds to the target: {when(m['rounds_to_target'], system)}; "
+            f"{when(m['rounds_to_target_baseline'], baseline)}"
             + (f" ({ratio:.2f}x as many rounds for the baseline)." if ratio else "."))
 
 
@@ -781,18 +826,28 @@ def _significance_sentence(m: Mapping[str, Any]) -> str:
     >>> _significance_sentence({"mapsswe_p": 0.147, "mapsswe_better": "same"})
     'Test WER, the system against the baseline: no significant difference (MAPSSWE p = 0.147, alpha 0.05).'
     """
-    verdict = {"system": "the system is better", "baseline": "the baseline is better"}.get(
+    system, baseline = _names(m)
+    verdict = {"system": f"{system} is better", "baseline": f"{baseline} is better"}.get(
         str(m["mapsswe_better"]), "no significant difference")
-    return f"Test WER, the system against the baseline: {verdict} (MAPSSWE p = {m['mapsswe_p']:.3g}, alpha 0.05)."
+    return (f"Test WER, {system} against {baseline}: {verdict} (MAPSSWE p = {m['mapsswe_p']:.3g}, "
+            "alpha 0.05).")
 
 
 def _helped(m: Mapping[str, Any]) -> list[str]:
-    """A plain sentence when the system does not beat the baseline or the seed model on test WER."""
-    worse = [f"the {who}'s {_pct(m[k])}" for who, k in (("baseline", "wer_baseline"), ("seed model", "wer_seed"))
+    """A plain sentence when the system does not beat the baseline or the seed model on test WER.
+
+    >>> print(*_helped({"wer": 0.5, "wer_baseline": 0.4, "wer_seed": 0.6, "test_utterances": 57,
+    ...                 "wer_system": "FTL", "wer_baseline_system": "FedAvg"}))  # doctest: +NORMALIZE_WHITESPACE
+    FTL did not help on this run: its test WER 50.00% is above the baseline FedAvg's 40.00%
+    (57 test utterances; small test sets move by whole words).
+    """
+    system, baseline = _names(m)
+    worse = [f"{who}'s {_pct(m[k])}" for who, k in ((f"the baseline {baseline}", "wer_baseline"),
+                                                   ("the seed model", "wer_seed"))
              if m.get(k) is not None and m["wer"] > m[k]]
     if not worse:
         return []
-    return [f"The system did not help on this run: its test WER {_pct(m['wer'])} is above {' and '.join(worse)} "
+    return [f"{system} did not help on this run: its test WER {_pct(m['wer'])} is above {' and '.join(worse)} "
             f"({m['test_utterances']} test utterances; small test sets move by whole words)."]
 
 
@@ -817,11 +872,9 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
     lines.append(f"| seed model | | {seed_valid:.4f} | | {_pct(seed_eval['wer'])} | {_pct(seed_eval['cer'])} |")
     for name, r in runs.items():
         rt = r["rounds_to_target"]
-        lines.append(f"| {name} ({r['client_key']}; server {r['config']['server']['name']}, "
-                     f"{r['config']['weighting']} weighting"
-                     + (f", replay {r['config']['replay_steps']}" if r['config']['replay_steps'] else "")
-                     + f") | {r['clients']} | {r['valid_loss'][-1]:.4f} | {'' if rt is None else rt} | "
-                     f"{_pct(r['wer'])} | {_pct(r['cer'])} |")
+        role = {"ftl": "system, `ftl`", "baseline": "baseline, `baseline`"}.get(name, f"`{name}`")
+        lines.append(f"| {r.get('label', name)} ({role}) | {r['clients']} | {r['valid_loss'][-1]:.4f} | "
+                     f"{'' if rt is None else rt} | {_pct(r['wer'])} | {_pct(r['cer'])} |")
     lines += ["", _rounds_sentence(m, cfg.rounds), _significance_sentence(m), *_helped(m),
               *_upload_lines(runs),
               "", f"Decoding: {cfg.eval.method}, {cfg.eval.options}. privasr {__version__}. WER on words, CER on "

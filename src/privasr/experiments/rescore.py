@@ -186,7 +186,7 @@ class RescoreConfig:
     """A rescoring config (module docstring): validated by :func:`load_config`."""
 
     name: str = "rescore"
-    label: str = ""
+    label: str | None = None
     seed: int = setting(0, min=0)
     data: DataSettings = field(default_factory=DataSettings)
     lms: dict[str, LMSettings] = field(default_factory=dict)

@@ -8,7 +8,12 @@ Every function returns a frozen dataclass and keeps no hidden state.
 """
 
 from privasr.metrics.align import SCLITE_WEIGHTS, Alignment, align, align_many
-from privasr.metrics.bootstrap import BootstrapResult, bootstrap_wer_difference, paired_bootstrap
+from privasr.metrics.bootstrap import (
+    BootstrapResult,
+    bootstrap_wer_difference,
+    difference_interval,
+    paired_bootstrap,
+)
 from privasr.metrics.mapsswe import (
     MapssweResult,
     Segment,
@@ -24,7 +29,7 @@ from privasr.metrics.word_changes import WordHitChanges, word_hit_changes
 
 __all__ = [
     "SCLITE_WEIGHTS", "Alignment", "align", "align_many",
-    "BootstrapResult", "bootstrap_wer_difference", "paired_bootstrap",
+    "BootstrapResult", "bootstrap_wer_difference", "difference_interval", "paired_bootstrap",
     "MapssweResult", "Segment", "mapsswe", "mapsswe_from_alignments", "segment_sentence", "z_test",
     "onebest_wer", "oracle_indices", "oracle_wer",
     "OOV", "ZEROPROB", "PplStats", "corpus_stats", "format_ppl", "sentence_stats",

@@ -22,7 +22,7 @@ import numpy as np
 from privasr.errors import InputError
 from privasr.metrics.wer import WerResult, error_rate
 
-__all__ = ["BootstrapResult", "paired_bootstrap", "bootstrap_wer_difference"]
+__all__ = ["BootstrapResult", "paired_bootstrap", "bootstrap_wer_difference", "difference_interval"]
 
 _MAX_DRAWS = 4_000_000  # indices drawn per numpy batch
 
@@ -50,6 +50,18 @@ class BootstrapResult:
     prob_a_better: float
     resamples: int
     seed: int | None
+
+
+def difference_interval(ci_low: float | None, ci_high: float | None, confidence: float = 0.95) -> str:
+    """An interval of ``WER(system) - WER(baseline)`` (fractions) in words, in WER points, labelled the way every
+    privasr report labels it; ``"n/a"`` when either end is missing.
+
+    >>> difference_interval(-0.0548, -0.0465)
+    '95% CI of system minus baseline: [-5.48, -4.65] WER points'
+    """
+    if ci_low is None or ci_high is None:
+        return "n/a"
+    return f"{100 * confidence:.0f}% CI of system minus baseline: [{100 * ci_low:+.2f}, {100 * ci_high:+.2f}] WER points"
 
 
 def _counts(x: Sequence[int] | np.ndarray, what: str) -> np.ndarray:

@@ -13,6 +13,7 @@ training loss of every system against the FedAvg baseline (``runs``).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -103,7 +104,7 @@ def ftl_convergence(runs: Sequence[Run]) -> list[Plot]:
             ys = [number(v) for v in r.get(key) or []]
             if any(y is not None for y in ys):
                 ax.plot(range(1, len(ys) + 1), [math.nan if y is None else y for y in ys], marker="o",
-                        markersize=3, label=series_label(label, name),
+                        markersize=3, label=series_label(label, _run_label(name, r)),
                         linestyle="--" if name == "baseline" else "-")
         ax.set_title(title)
         ax.set_xlabel("round")
@@ -125,10 +126,17 @@ def ftl_convergence(runs: Sequence[Run]) -> list[Plot]:
         m = res.get("metrics") or {}
         if isinstance(res.get("runs"), Mapping) and number(m.get("wer_seed")) is not None:
             bars.append((series_label(label, "seed model"), number(m.get("wer_seed")), number(m.get("cer_seed"))))
-    bars += [(series_label(label, name), number(r.get("wer")), number(r.get("cer"))) for label, name, r in systems]
+    bars += [(series_label(label, _run_label(name, r)), number(r.get("wer")), number(r.get("cer")))
+             for label, name, r in systems]
     if any(w is not None for _, w, _ in bars):
         plots.append(_wer_cer_bars(bars))
     return plots
+
+
+def _run_label(name: str, run: Mapping[str, Any]) -> str:
+    """A federated run's human name (``label`` in results.json's ``runs``), else its key."""
+    label = run.get("label")
+    return label if isinstance(label, str) and label else name
 
 
 def _wer_cer_bars(bars: Sequence[tuple[str, float | None, float | None]]) -> Plot:
@@ -137,10 +145,9 @@ def _wer_cer_bars(bars: Sequence[tuple[str, float | None, float | None]]) -> Plo
     w = 0.4
     ax.bar([x - w / 2 for x in xs], [100 * (b[1] or 0.0) for b in bars], w, label="WER")
     ax.bar([x + w / 2 for x in xs], [100 * (b[2] or 0.0) for b in bars], w, label="CER")
-    ax.set_xticks(list(xs), [b[0] for b in bars], rotation=30, ha="right")
+    ax.set_xticks(list(xs), [textwrap.fill(b[0], 32) for b in bars], rotation=30, ha="right", fontsize="small")
     ax.set_xlabel("system")
     ax.set_ylabel("test error rate (%)")
-    ax.set_title("Test WER and CER after the last round")
     ax.grid(axis="y", alpha=0.3)
     legend(ax)
-    return Plot("ftl_wer", "FTL test WER and CER of every system", fig)
+    return Plot("ftl_wer", "FTL: test WER and CER of every system after the last round", fig)

@@ -2,7 +2,8 @@
 beta), personal-bigram rounds and DP epsilon; FedLM's noise multiplier (drawn against the accountant's epsilon),
 confidence threshold, loss and initialisation; the anonymisation experiment's adaptation-set size. Each drawn
 from ``tables`` in results.json, with the run's baseline (``metrics.wer_baseline``, ``metrics.ppl_baseline``)
-as a dotted line.
+as a dotted line, named by ``metrics.wer_baseline_system``. Rows with a paired-bootstrap interval against the
+baseline (``ci_low``, ``ci_high``) get it as an error bar on their WER, drawn around the baseline's WER.
 
 >>> res = {"metrics": {"wer_baseline": 0.2},
 ...        "tables": {"rounds": [{"T": 1, "wer": 0.19}, {"T": 2, "wer": 0.18}],
@@ -83,7 +84,35 @@ def _baselines(ax: Any, y: str, scale: float, tables: Sequence[tuple[str, Any, M
     for label, _, metrics in tables:
         b = number(metrics.get(f"{y}_baseline"))
         if b is not None and math.isfinite(b):
-            ax.axhline(scale * b, color="grey", linestyle=":", linewidth=0.9, label=series_label(label, "baseline"))
+            name = metrics.get("wer_baseline_system")
+            ax.axhline(scale * b, color="grey", linestyle=":", linewidth=0.9,
+                       label=series_label(label, f"baseline: {name}" if isinstance(name, str) else "baseline"))
+
+
+def _error_bars(ax: Any, pts: Sequence[tuple[float, float, Mapping[str, Any]]], y: str, scale: float,
+                metrics: Mapping[str, Any], color: Any, *, bars: bool = False) -> bool:
+    """Draw each WER point's 95% paired-bootstrap interval (``ci_low``, ``ci_high`` of the row: row minus
+    baseline) around the baseline's WER, so a bar that crosses the baseline line is not a significant change.
+    Returns whether any was drawn."""
+    b = number(metrics.get("wer_baseline"))
+    if y != "wer" or b is None or not math.isfinite(b):
+        return False
+    xs, lo, hi, ys = [], [], [], []
+    for x, v, r in pts:
+        cl, ch = number(r.get("ci_low")), number(r.get("ci_high"))
+        if cl is None or ch is None:
+            continue
+        xs.append(x)
+        ys.append(scale * v)
+        lo.append(max(0.0, scale * (v - (b + cl))))
+        hi.append(max(0.0, scale * (b + ch - v)))
+    if xs:
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=color, elinewidth=0.9, capsize=3 if not bars else 4,
+                    alpha=0.8)
+    return bool(xs)
+
+
+_CI_NOTE = "bars: 95% paired-bootstrap interval of the change from the baseline"
 
 
 def _sweep(name: str, spec: _Sweep, tables: Sequence[tuple[str, list[Mapping[str, Any]], Mapping[str, Any]]]
@@ -92,8 +121,9 @@ def _sweep(name: str, spec: _Sweep, tables: Sequence[tuple[str, list[Mapping[str
     if not panels or not any(number(r.get(spec.x)) is not None for _, rows, _ in tables for r in rows):
         return None
     fig, axes = figure(len(panels), width=5.0, height=3.6)
+    ci = False
     for ax, (y, ylabel, scale) in zip(axes, panels, strict=True):
-        for label, rows, _ in tables:
+        for label, rows, metrics in tables:
             groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
             for r in rows:
                 groups.setdefault(tuple(r.get(g) for g in spec.group), []).append(r)
@@ -107,6 +137,7 @@ def _sweep(name: str, spec: _Sweep, tables: Sequence[tuple[str, list[Mapping[str
                 if finite:
                     line = ax.plot([x for x, _, _ in finite], [scale * v for _, v, _ in finite], marker="o",
                                    markersize=4, label=series_label(label, glabel) or None)
+                    ci |= _error_bars(ax, finite, y, scale, metrics, line[0].get_color())
                     if name == "noise":
                         for x, v, r in finite:
                             ax.annotate(f"z={r.get('noise_multiplier'):g}", (x, scale * v), fontsize="x-small",
@@ -125,7 +156,13 @@ def _sweep(name: str, spec: _Sweep, tables: Sequence[tuple[str, list[Mapping[str
         ax.grid(alpha=0.3)
         legend(ax)
     fig.suptitle(spec.title)
+    _note(fig, ci)
     return Plot(f"table_{name}", spec.title, fig)
+
+
+def _note(fig: Any, ci: bool) -> None:
+    if ci:
+        fig.text(0.5, -0.01, _CI_NOTE, ha="center", va="top", fontsize="x-small", color="0.3")
 
 
 def _categories(name: str, title: str, tables: Sequence[tuple[str, list[Mapping[str, Any]], Mapping[str, Any]]]
@@ -138,11 +175,15 @@ def _categories(name: str, title: str, tables: Sequence[tuple[str, list[Mapping[
         return None
     fig, axes = figure(len(panels), width=max(5.0, 1.2 * len(cats)), height=3.8)
     width = 0.8 / max(1, len(tables))
+    ci = False
     for ax, (y, ylabel, scale) in zip(axes, panels, strict=True):
-        for i, (label, rows, _) in enumerate(tables):
+        for i, (label, rows, metrics) in enumerate(tables):
             by = {str(r.get(name)): number(r.get(y)) for r in rows}
             xs = [c + i * width for c in range(len(cats))]
             ax.bar(xs, [scale * (by.get(c) or 0.0) for c in cats], width, label=label or None)
+            row = {str(r.get(name)): r for r in rows}
+            pts = [(x, v, row[c]) for x, c in zip(xs, cats, strict=True) if (v := by.get(c)) is not None]
+            ci |= _error_bars(ax, pts, y, scale, metrics, "0.2", bars=True)
         ax.set_xticks([c + 0.4 - width / 2 for c in range(len(cats))], cats, rotation=20, ha="right")
         ax.set_xlabel(_CATEGORY_AXES.get(name, name.replace("_", " ")))
         ax.set_ylabel(ylabel)
@@ -150,8 +191,10 @@ def _categories(name: str, title: str, tables: Sequence[tuple[str, list[Mapping[
         lo = min((scale * v for _, rows, _ in tables for r in rows if (v := number(r.get(y))) is not None),
                  default=0.0)
         ax.set_ylim(bottom=0.9 * lo)
+        _baselines(ax, y, scale, tables)
         legend(ax)
     fig.suptitle(title)
+    _note(fig, ci)
     return Plot(f"table_{name}", title, fig)
 
 
@@ -162,7 +205,7 @@ def _sizes(tables: Sequence[tuple[str, list[Mapping[str, Any]], Mapping[str, Any
         for r in rows:
             pts = sorted((float(k), v) for k, v in r.items() if _is_number(k) and isinstance(v, Mapping))
             if pts:
-                lines.append((series_label(label, str(r.get("model", ""))), pts))
+                lines.append((series_label(label, str(r.get("name", r.get("model", "")))), pts))
     if not lines:
         return None
     fig, axes = figure(2, width=5.0, height=3.6)
