@@ -35,6 +35,12 @@ def test_demo_end_to_end(tmp_path):
     if ftl is not None:  # federated acoustic training (needs torch)
         assert ftl["valid_loss"] < ftl["valid_loss_seed"] and 0 <= ftl["cer"] <= ftl["wer"]
         assert "## Federated acoustic-model training (paper 002)" in report
+        assert ftl["wer_system"].startswith("FTL (") and ftl["wer_baseline_system"].startswith("FedAvg (")
+        assert "None" not in (out / "ftl" / "report.md").read_text()
+        # what FTL is for, said first: rounds to the target validation loss of both systems
+        assert "What FTL is for is reaching a good model in fewer rounds" in report
+        assert (f"FTL reaches it at round {ftl['rounds_to_target']}" in report
+                or f"FTL reaches it not within {ftl['rounds']} rounds" in report)
     anon = m["anon"]  # anonymisation of the clients' transcripts (paper 003)
     assert 0 <= anon["leak_rate"] <= 1 and anon["name_tokens_left"] <= anon["name_tokens_before"]
     assert anon["ppl_original"] > 1 and anon["ppl_anonymized"] > 1

@@ -47,6 +47,8 @@ def _cfg(**over):
         ({"rounds": 0}, "rounds"),
         ({"colour": "red"}, "colour"),
         ({"seed_model": {"select": "first"}}, "seed_model.select"),
+        ({"target_from_seed": 1.0}, "target_from_seed"),
+        ({"target_from_seed": 0.8, "target_loss": 0.5}, "both set"),
     ],
 )
 def test_config_errors_name_the_key(over, match):
@@ -97,7 +99,15 @@ def test_a_small_run_writes_the_contract_and_resumes_to_the_same_result(tmp_path
     assert len(runs["ftl"]["valid_loss"]) == 3
     # the target is the best validation loss of the baseline, which therefore reaches it
     assert m["target_loss"] == min(runs["baseline"]["valid_loss"]) and m["rounds_to_target_baseline"] is not None
-    assert "| seed model |" in (tmp_path / "o" / "report.md").read_text()
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "| seed model |" in report
+    # every run by its human name, in results.json's metrics and runs and in the report
+    assert m["wer_system"] == runs["ftl"]["label"] == "FTL (client SGD + server Adam, softmax weighting)"
+    assert m["wer_baseline_system"] == runs["baseline"]["label"] == "FedAvg (client SGD, count weighting)"
+    assert runs["groups+replay"]["label"] == ("FTL (client SGD + server Adam, count weighting, server replay 2 steps, "
+                                              "speaker groups as clients)")
+    assert "| FTL (client SGD + server Adam, softmax weighting) (system, `ftl`) |" in report
+    assert "the baseline reaches it by construction" in report
     # a second run in the same folder reuses the seed model and the finished checkpoints: same numbers
     again = run_ftl(cfg, tmp_path / "o")
     assert {k: v for k, v in again.items() if not k.endswith("_s")} == \
@@ -167,3 +177,16 @@ def test_compressed_runs_record_their_upload_bytes(tmp_path):
     run_ftl(plain, tmp_path / "none")
     runs = json.loads((tmp_path / "none" / "results.json").read_text())["runs"]
     assert runs["ftl"]["upload_bytes"] == runs["ftl"]["upload_raw_bytes"]  # fp32: sent as it is
+
+
+def test_a_target_from_the_seed_model_is_decided_by_neither_run(tmp_path):
+    m = run_ftl(_cfg(target_from_seed=0.9, tables={"variants": []}, label="my FTL"), tmp_path / "o")
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert m["target_loss"] == pytest.approx(0.9 * m["valid_loss_seed"])
+    for name, key in (("ftl", "rounds_to_target"), ("baseline", "rounds_to_target_baseline")):
+        losses = res["runs"][name]["valid_loss"]
+        reached = [r + 1 for r, v in enumerate(losses) if v <= m["target_loss"] + 1e-12]
+        assert m[key] == (reached[0] if reached else None)
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "0.9 times the seed model's validation loss" in report and "by construction" not in report
+    assert m["wer_system"] == "my FTL" and "None" not in report

@@ -30,8 +30,10 @@
    ``joint``: the attention beam re-ranked with the CTC head's score), and MAPSSWE of the system's test 1-best
    against the baseline's (``mapsswe_p``). Evaluation settings, the name and the table rows are not part of a
    run's checkpoint key, so changing them re-evaluates the trained models. ``target_loss: auto`` is the best
-   validation loss the baseline reaches in its ``rounds`` rounds; ``rounds_to_target`` is the first round
-   (1-based) at which a run's validation loss is at or below it (``null`` if never).
+   validation loss the baseline reaches in its ``rounds`` rounds (so the baseline reaches it by construction);
+   ``target_from_seed: f`` makes it ``f`` times the seed model's validation loss instead, a target neither
+   run decides; ``rounds_to_target`` is the first round (1-based) at which a run's validation loss is at or
+   below it (``null`` if never).
 6. ``centralised`` (optional): the lower bound (the same network trained centrally on every training speaker
    from scratch) and centralised online training of the seed model on the client speakers' data, each for
    ``centralised.epochs`` Adam epochs.
@@ -60,6 +62,7 @@ unknown keys, wrong types and bad values are errors naming the key path)::
     baseline: {...}                   # FtlConfig fields over ftl's and {server: fedavg, weighting: count,
                                       #   temperature: 1.0, replay_steps: 0}
     target_loss: auto                 # or a number
+    target_from_seed: null            # or f in (0, 1): the target is f x the seed model's validation loss
     tables:
       variants: [{name: NAME, clients: speaker | groups, ftl: {...}}]   # ftl: over the system's; clients: clients.key
     centralised: null                 # or {epochs: N} (default seed_model.epochs): the centralised rows
@@ -238,6 +241,7 @@ class FtlRunConfig:
     ftl: FtlConfig = field(default_factory=lambda: FtlConfig.from_dict(_DEFAULT_FTL))
     baseline: FtlConfig = field(default_factory=lambda: FtlConfig.from_dict({**_DEFAULT_FTL, **_BASELINE}))
     target_loss: float | None = None
+    target_from_seed: float | None = setting(None, gt=0, lt=1)
     tables: TablesSettings = field(default_factory=TablesSettings)
     centralised: CentralisedSettings | None = None
     eval: EvalSettings = field(default_factory=EvalSettings)
@@ -267,6 +271,10 @@ class FtlRunConfig:
 
     def __config_check__(self, where: str, ctx: Context) -> FtlRunConfig:
         self._check_eval()
+        if self.target_loss is not None and self.target_from_seed is not None:
+            raise ConfigError(f"config keys 'target_loss' ({self.target_loss!r}) and 'target_from_seed' "
+                              f"({self.target_from_seed!r}) are both set",
+                              expected="one target: a loss, a fraction of the seed model's, or target_loss auto")
         if self.federated.secagg.enabled:  # before any work; the backend would refuse at round one
             from privasr.federated.compression import check_no_secagg
 
@@ -702,7 +710,12 @@ def federated_runs(cfg: FtlRunConfig, data: _Data, seed: _Seed, out: Path) -> _R
         base = _federate(cfg, data, seed, out, sampler, "baseline", cfg.baseline, cfg.clients.key)
         rows = [_federate(cfg, data, seed, out, sampler, v.name, v.ftl, v.clients or cfg.clients.key)
                 for v in cfg.tables.variants]
-    target = cfg.target_loss if cfg.target_loss is not None else min(base["valid_loss"])
+    if cfg.target_loss is not None:
+        target = cfg.target_loss
+    elif cfg.target_from_seed is not None:
+        target = cfg.target_from_seed * seed.valid_loss
+    else:
+        target = min(base["valid_loss"])
     for r in (main, base, *rows):
         r["rounds_to_target"] = _rounds_to(r["valid_loss"], target)
     main["label"] = cfg.label or run_name(cfg.ftl, cfg.clients.key)
@@ -776,7 +789,7 @@ def _metrics(cfg: FtlRunConfig, data: _Data, seed: _Seed, runs: _Runs, t_start: 
         "wer_seed": seed.eval["wer"], "cer_seed": seed.eval["cer"], "valid_loss_seed": seed.valid_loss,
         "rounds": cfg.rounds, "server_speakers": len(data.server_speakers),
         "client_speakers": len(data.client_speakers), "clients": main["clients"], "valid_utterances": len(data.valid),
-        "test_utterances": len(data.test), "units": data.tok.vocab_size, "seed_model_s": seed.seconds,
+        "test_utterances": len(data.test), "test_speakers": len({e.speaker for e in data.test}), "units": data.tok.vocab_size, "seed_model_s": seed.seconds,
         "total_s": time.perf_counter() - t_start, **_seed_selection(cache, cfg.seed_model.select),
     }
 
@@ -851,6 +864,17 @@ def _helped(m: Mapping[str, Any]) -> list[str]:
             f"({m['test_utterances']} test utterances; small test sets move by whole words)."]
 
 
+def _target_origin(cfg: FtlRunConfig) -> str:
+    """Where the target validation loss comes from, in words."""
+    if cfg.target_loss is not None:
+        return "set in the config"
+    if cfg.target_from_seed is not None:
+        return (f"{cfg.target_from_seed:g} times the seed model's validation loss (target_from_seed; neither run's "
+                "result decides it)")
+    return (f"the best the baseline reaches in its {cfg.rounds} rounds: the baseline reaches it by construction, and "
+            "the question is whether the system gets there sooner")
+
+
 def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], central: Mapping[str, Any],
             seed_eval: Mapping[str, Any], seed_valid: float, argv: Sequence[str] | None) -> str:
     cmd = (f"Command: `{' '.join(argv)}`" if argv else
@@ -861,10 +885,7 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
              f"{m['client_speakers']} client speakers, {m['valid_utterances']} validation and "
              f"{m['test_utterances']} test utterances; {m['units']} output units. {cfg.rounds} rounds, "
              f"sampler {cfg.federated.make_sampler()}, backend {cfg.federated.backend}. "
-             f"Target validation loss: {m['target_loss']:.4f}"
-             + (f", the best the baseline reaches in its {cfg.rounds} rounds: the baseline reaches it by "
-                "construction, and the question is whether the system gets there sooner" if cfg.target_loss is None
-                else " (set in the config)") + ".", "",
+             f"Target validation loss: {m['target_loss']:.4f}, {_target_origin(cfg)}.", "",
              "| system | clients | valid loss | rounds to target | test WER | test CER |",
              "|---|---:|---:|---:|---:|---:|"]
     for name, c in central.items():
@@ -874,7 +895,7 @@ def _report(cfg: FtlRunConfig, m: Mapping[str, Any], runs: Mapping[str, Any], ce
         rt = r["rounds_to_target"]
         role = {"ftl": "system, `ftl`", "baseline": "baseline, `baseline`"}.get(name, f"`{name}`")
         lines.append(f"| {r.get('label', name)} ({role}) | {r['clients']} | {r['valid_loss'][-1]:.4f} | "
-                     f"{'' if rt is None else rt} | {_pct(r['wer'])} | {_pct(r['cer'])} |")
+                     f"{'not reached' if rt is None else rt} | {_pct(r['wer'])} | {_pct(r['cer'])} |")
     lines += ["", _rounds_sentence(m, cfg.rounds), _significance_sentence(m), *_helped(m),
               *_upload_lines(runs),
               "", f"Decoding: {cfg.eval.method}, {cfg.eval.options}. privasr {__version__}. WER on words, CER on "
