@@ -173,7 +173,7 @@ def test_refine_persons_relabels_and_extends_in_asr_text_only() -> None:
     got = refine_persons(sents, found, names, common)
     assert got[0] == [EntitySpan(1, 2, "PER")]
     assert got[1] == [EntitySpan(0, 2, "PER")]  # "schottelius" is no common word: taken in; "our" is
-    assert got[2] == [EntitySpan(0, 1, "PER")]  # cased text is left to the model
+    assert got[2] == [EntitySpan(0, 2, "PER")]  # cased text: only the shape rules, a capitalised surname joins
     assert refine_persons(sents[:1], found[:1], names, common, relabel=False) == [found[0]]
 
 

@@ -39,3 +39,57 @@ def test_bad_conll_gives_a_located_error(tmp_path: Path) -> None:
     p.write_text("a O\nb Q-PER\n")
     with pytest.raises(InputError, match="w.conll:2"):
         wikigold_docs(p)
+
+
+def test_any_annotated_file_is_one_held_out_part(tmp_path: Path) -> None:
+    from privasr.anon.ner_data import file_ner_data
+
+    conll = tmp_path / "held.conll"
+    conll.write_text("-DOCSTART- O\n\nJohn B-PERSON\nSmith I-PERSON\nvisited O\nParis B-GPE\n\nit O\ncost O\n"
+                     "5 B-CARDINAL\n\n-DOCSTART- O\n\nMary B-PER\nworks O\n")
+    d = file_ner_data(conll)
+    (name,) = d.parts
+    assert name == "held.conll" and set(d.parts[name]) == {"test"}
+    docs = d.parts[name]["test"]
+    assert [[(s.label, " ".join(w[s.start:s.end])) for s in spans] for w, spans in docs] == [
+        [("PER", "John Smith"), ("LOC", "Paris")], [], [("PER", "Mary")]]  # OntoNotes mapped, numbers dropped
+    assert d.clients[name]["test"] == ["doc0000", "doc0000", "doc0001"]
+
+
+def test_presidio_synthetic_records_are_tokenised_with_their_spans(tmp_path: Path) -> None:
+    import json
+
+    from privasr.anon.ner_data import file_ner_data
+
+    f = tmp_path / "synth.json"
+    text = "Call Mary-Jane O'Neil at 555-0101, she lives in Oslo."
+    f.write_text(json.dumps([{"full_text": text, "spans": [
+        {"entity_type": "PERSON", "entity_value": "Mary-Jane O'Neil", "start_position": 5, "end_position": 21},
+        {"entity_type": "PHONE_NUMBER", "entity_value": "555-0101", "start_position": 25, "end_position": 33},
+        {"entity_type": "LOCATION", "entity_value": "Oslo", "start_position": 48, "end_position": 52}]}]))
+    (words, spans), = file_ner_data(f).parts["synth.json"]["test"]
+    assert words == ("Call", "Mary-Jane", "O'Neil", "at", "555-0101", ",", "she", "lives", "in", "Oslo", ".")
+    assert [(s.label, " ".join(words[s.start:s.end])) for s in spans] == [
+        ("PER", "Mary-Jane O'Neil"), ("MISC", "555-0101"), ("LOC", "Oslo")]
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    ('[{"full_text": "a", "spans": [{"start_position": 0}]}]', "record 0 has a span without"),
+    ('[{"full_text": "a", "spans": "none"}]', "record 0 has no 'full_text' string and 'spans' list"),
+])
+def test_bad_presidio_records_are_named(tmp_path: Path, content: str, match: str) -> None:
+    from privasr.anon.ner_data import file_ner_data
+
+    f = tmp_path / "bad.json"
+    f.write_text(content)
+    with pytest.raises(InputError, match=match):
+        file_ner_data(f)
+
+
+def test_a_file_without_known_entity_labels_is_refused(tmp_path: Path) -> None:
+    from privasr.anon.ner_data import file_ner_data
+
+    f = tmp_path / "x.conll"
+    f.write_text("a O\nb B-CARDINAL\n")
+    with pytest.raises(InputError, match=r"no entity with a known label \(labels found: \['CARDINAL'\]\)"):
+        file_ner_data(f)

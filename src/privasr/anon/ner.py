@@ -13,8 +13,10 @@ Every detector finds :class:`~privasr.anon.transform.EntitySpan` token spans (``
   its locales (:func:`faker_names`, lower-cased ASCII, minus common words: :func:`common_words`) -> ``PER`` (adjacent name tokens form one span;
   in a sentence that has upper-case letters, i.e. cased text, only tokens starting with a capital fire);
   a title (:data:`TITLES`: ``mr``, ``mrs``, ``dr``, ``mister``, ...) followed by an alphabetic word that is not a common
-  word -> ``PER`` over that word; e-mail addresses, URLs, phone numbers (7+ digits in one token, or 7+
-  consecutive spelled digits / digit tokens such as ``five five five one two one two``) -> ``MISC``.
+  word -> ``PER`` over that word; e-mail addresses, URLs, phone numbers (7+ digits in one token) -> ``MISC``;
+  and the spoken identifiers of :mod:`privasr.anon.spoken` (read-out e-mail and web addresses, 7+ digits spoken
+  one by one such as ``five five five double one two three``, full dates, post codes -> ``MISC``; street
+  addresses -> ``LOC``).
   Patterns are *strong* (e-mail, URL, phone: precise) or *weak* (names, titles).
 * :class:`CombinedDetector` -- a model plus patterns; the overlap rule: strong pattern spans first; then the
   model's spans that do not overlap them; then each weak pattern span: if it overlaps kept spans of its own
@@ -46,17 +48,20 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from privasr.anon.spoken import spoken_identifiers
 from privasr.anon.transform import LABELS, EntitySpan, check_spans, map_label
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["EntityDetector", "SpacyDetector", "PatternDetector", "CombinedDetector",
            "asr_style", "is_punctuation", "check_sentences", "load_base", "load_ner_only", "faker_names",
            "common_words", "resolve_overlaps", "TITLES", "SPELLED_DIGITS", "NAME_SCOPES",
-           "propagate", "refine_persons", "Truecaser", "detect_grouped"]
+           "propagate", "refine_persons", "Truecaser", "detect_grouped", "is_shouting", "uncase_shouting",
+           "inflected_word", "faker_name_parts", "PARTICLES", "IRREGULAR_VERBS"]
 
 Sentence = Sequence[str]
 
-TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "miss", "mister", "missus", "doctor"})
+TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "miss", "mister", "missus", "doctor",
+                    "professor", "prof", "prof.", "sir", "dame", "mx", "mx."})
 """Words after which the next word is taken as a person's name."""
 
 SPELLED_DIGITS = frozenset({"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"})
@@ -276,6 +281,50 @@ def faker_names(scope: str = "en_US") -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=4)
+def faker_name_parts(scope: str = "all") -> tuple[frozenset[str], frozenset[str]]:
+    """Faker's first names and last names apart (lower-case ASCII alphabetic tokens of 2+ letters, the lists of
+    :func:`faker_names`' ``scope``): the name-edge rule of :func:`refine_persons` asks which a word can be.
+
+    >>> firsts, lasts = faker_name_parts("en_US")
+    >>> "john" in firsts and "smith" in lasts
+    True
+    """
+    import importlib
+    import pkgutil
+
+    import faker.providers.person as person
+
+    if scope not in NAME_SCOPES:
+        raise ConfigError(f"name scope {scope!r}", expected=f"one of {list(NAME_SCOPES)}")
+    locales = sorted(m.name for m in pkgutil.iter_modules(person.__path__))
+    if scope == "en_US":
+        locales = ["en_US"]
+    elif scope == "en":
+        locales = [x for x in locales if x == "en" or x.startswith("en_")]
+    parts: tuple[set[str], set[str]] = (set(), set())
+    for loc in locales:
+        try:
+            prov = importlib.import_module(f"faker.providers.person.{loc}").Provider
+        except (ImportError, AttributeError):  # pragma: no cover - every locale module has a Provider
+            continue
+        for attr in ("first_names", "last_names", "first_names_male", "first_names_female", "last_names_male",
+                     "last_names_female"):
+            v = prov.__dict__.get(attr)
+            if v is None or isinstance(v, property | str):
+                continue
+            try:
+                items = list(v)
+            except TypeError:  # pragma: no cover
+                continue
+            out = parts[0] if attr.startswith("first") else parts[1]
+            for n in items:
+                for w in str(n).lower().replace("-", " ").split():
+                    if w.isascii() and w.isalpha() and len(w) > 1:
+                        out.add(w)
+    return frozenset(parts[0]), frozenset(parts[1])
+
+
 def common_words(cased_sentences: Iterable[Sequence[str]] = (), *, min_count: int = 3,
                  min_lower_fraction: float = 0.3) -> frozenset[str]:
     """Words too common in ordinary text to be taken for names: spaCy's English stop words, plus every word
@@ -311,6 +360,67 @@ def common_words(cased_sentences: Iterable[Sequence[str]] = (), *, min_count: in
 
 def _is_cased(sentence: Sequence[str]) -> bool:
     return any(c.isupper() for w in sentence for c in w)
+
+
+def is_shouting(sentence: Sequence[str]) -> bool:
+    """Whether a sentence is written in capitals only (letters, none lower-case, a word of 2+ letters), as some
+    recognisers and Kaldi-style transcripts write every word: such text carries no case information.
+
+    >>> is_shouting(["THE", "REPORT", "WAS", "SIGNED", "BY", "WENDELA", "ORSATTI"]), is_shouting(["I", "saw"])
+    (True, False)
+    """
+    letters = [c for w in sentence for c in w if c.isalpha()]
+    return (bool(letters) and not any(c.islower() for c in letters)
+            and any(sum(c.isalpha() for c in w) > 1 for w in sentence))
+
+
+def uncase_shouting(sentences: Sequence[Sentence]) -> list[tuple[str, ...]]:
+    """The sentences with every all-capitals one (:func:`is_shouting`) lower-cased, so that it is read as
+    ASR-style text (truecased, its names found by the lower-case rules); the token count never changes, so
+    spans found on the result apply to the caller's tokens."""
+    return [tuple(w.lower() for w in s) if is_shouting(s) else tuple(s) for s in sentences]
+
+
+@functools.lru_cache(maxsize=1)
+def _lexicon() -> frozenset[str]:
+    from privasr.corpus.phonetics import load_cmudict
+
+    return frozenset(load_cmudict())
+
+
+#: Irregular verb forms that follow a name in speech ("coste said", "kamo told"); several are also in Faker's
+#: name lists, so a name must not run on into them.
+IRREGULAR_VERBS = frozenset({
+    "said", "says", "told", "tells", "wrote", "writes", "thought", "thinks", "knew", "knows", "went", "goes",
+    "came", "comes", "took", "takes", "made", "makes", "gave", "gives", "got", "gets", "left", "met", "saw",
+    "sees", "spoke", "speaks", "won", "wins", "lost", "ran", "runs", "led", "leads", "hit", "put", "set", "kept",
+    "held", "holds", "began", "begins", "became", "becomes", "brought", "bought", "felt", "found", "heard",
+    "meant", "paid", "sent", "sold", "spent", "stood", "taught", "understood", "did", "does", "had", "has",
+    "was", "is", "will", "would", "can", "could", "should", "may", "might", "must", "shall", "wants", "asks",
+    "adds", "notes", "explains", "replies", "agrees", "believes", "expects", "hopes", "feels"})
+
+
+def inflected_word(word: str) -> bool:
+    """Whether ``word`` is a verb form a name does not run on into ("tomas varnholt chaired", "coste said"):
+    a past tense or an ``-ing`` form in the CMU pronouncing dictionary whose stem is there too ("joined",
+    "chaired", "signing", "stopped"), or one of :data:`IRREGULAR_VERBS`. Surnames of the first shape
+    ("manning") are caught by the gazetteer before this test applies.
+
+    >>> [inflected_word(w) for w in ("joined", "chaired", "stopped", "making", "said", "orsatti", "fred")]
+    [True, True, True, True, True, False, False]
+    """
+    w = word.lower()
+    if w in IRREGULAR_VERBS:
+        return True
+    lex = _lexicon()
+    if len(w) < 5 or w not in lex:
+        return False
+    stems: list[str] = []
+    if w.endswith("ed"):
+        stems += [w[:-2], w[:-1]] + ([w[:-3]] if w[-3] == w[-4] else [])
+    if w.endswith("ing"):
+        stems += [w[:-3], w[:-3] + "e"] + ([w[:-4]] if w[-4] == w[-5] else [])
+    return any(len(s) >= 3 and s in lex for s in stems)
 
 
 @dataclass
@@ -359,27 +469,19 @@ class PatternDetector:
         ...     "five", "five", "five", "one", "two", "one", "two"]])
         [([EntitySpan(start=4, end=11, label='MISC')], [EntitySpan(start=1, end=2, label='PER'), EntitySpan(start=3, end=4, label='PER')])]
         """
-        return [self._one(s) for s in check_sentences(sentences)]
+        return [self._one(s) for s in uncase_shouting(check_sentences(sentences))]
 
     def _one(self, ws: tuple[str, ...]) -> tuple[list[EntitySpan], list[EntitySpan]]:
         strong: list[EntitySpan] = []
-        n = len(ws)
         # e-mails, URLs, phone numbers in one token
         for i, w in enumerate(ws):
             if _EMAIL.match(w) or _URL.match(w):
                 strong.append(EntitySpan(i, i + 1, "MISC"))
             elif _PHONE.match(w) and sum(c.isdigit() for c in w) >= 7 and not _looks_like_amount(w):
                 strong.append(EntitySpan(i, i + 1, "MISC"))
-        # spelled-out / tokenised digit runs of 7+ digits
-        i = 0
-        while i < n:
-            j, digits = i, 0
-            while j < n and (ws[j].lower() in SPELLED_DIGITS or (ws[j].isdigit() and len(ws[j]) <= 4)):
-                digits += 1 if not ws[j].isdigit() else len(ws[j])
-                j += 1
-            if digits >= 7 and j - i >= 3:
-                strong.append(EntitySpan(i, j, "MISC"))
-            i = max(j, i + 1)
+        # identifiers as a recogniser writes them: read-out e-mail and web addresses, numbers spoken digit by
+        # digit (7+), full dates, street addresses, post codes (privasr.anon.spoken)
+        strong += [EntitySpan(s.start, s.end, s.label) for s in spoken_identifiers(ws)]
         strong = resolve_overlaps(strong)
         if not self.weak:
             return strong, []
@@ -388,8 +490,8 @@ class PatternDetector:
         start = -1
         for i, w in enumerate(ws + ("",)):
             low = w.lower()
-            hit = bool(w) and low in self._names and (not cased or w[:1].isupper())
-            if not hit and i > 0 and ws[i - 1].lower() in TITLES and w.isalpha() and low not in self._common \
+            hit = bool(w) and _gazetteer_name(low, self._names) and (not cased or w[:1].isupper())
+            if not hit and i > 0 and ws[i - 1].lower() in TITLES and _letters(low) and low not in self._common \
                     and (not cased or w[:1].isupper()):
                 hit = True
             if hit and start < 0:
@@ -399,6 +501,37 @@ class PatternDetector:
                 start = -1
         weak = [s for s in weak if all(s.end <= t.start or s.start >= t.end for t in strong)]
         return strong, weak
+
+
+def _union(a: Sequence[EntitySpan], b: Sequence[EntitySpan]) -> list[EntitySpan]:
+    """Two runs' spans as one set (:func:`resolve_overlaps`: longer spans win); where both found the same span
+    with different labels, PER wins (a name read as a place still has to go: "wendela" PER in one run and LOC
+    in the other).
+
+    >>> _union([EntitySpan(0, 1, "PER")], [EntitySpan(0, 1, "LOC"), EntitySpan(2, 3, "ORG")])
+    [EntitySpan(start=0, end=1, label='PER'), EntitySpan(start=2, end=3, label='ORG')]
+    """
+    both = [*a, *b]
+    per = {(s.start, s.end) for s in both if s.label == "PER"}
+    return resolve_overlaps(s for s in both if s.label == "PER" or (s.start, s.end) not in per)
+
+
+def _gazetteer_name(low: str, names: frozenset[str]) -> bool:
+    """A gazetteer name, or a hyphenated word every part of which is one ("ezio-azad", "linke-benthin"), or an
+    Arabic-style ``al-``/``el-`` name ("al-rashid" when "rashid" is listed).
+
+    >>> names = frozenset({"ezio", "azad", "rashid"})
+    >>> [_gazetteer_name(w, names) for w in ("ezio", "ezio-azad", "al-rashid", "ezio-bright", "well-known")]
+    [True, True, True, False, False]
+    """
+    if low in names:
+        return True
+    if "-" not in low:
+        return False
+    parts = low.split("-")
+    if parts[0] in ("al", "el") and len(parts) == 2:
+        return parts[1] in names
+    return all(p in names for p in parts)
 
 
 def _looks_like_amount(w: str) -> bool:
@@ -444,14 +577,14 @@ class CombinedDetector:
     def detect(self, sentences: Sequence[Sentence], groups: Sequence[Hashable] | None = None
                ) -> list[list[EntitySpan]]:
         """Spans per sentence (see :class:`EntityDetector`); ``groups`` feed :func:`propagate`."""
-        sents = check_sentences(sentences)
+        sents = uncase_shouting(check_sentences(sentences))
         gs = _as_groups(groups, len(sents))
         model = [list(x) for x in self.model.detect(sents)]
         if self.truecaser is not None:
             idx = [i for i, s in enumerate(sents) if s and not _is_cased(s)]
             again = self.model.detect([self.truecaser.apply(sents[i]) for i in idx])
             for i, extra in zip(idx, again, strict=True):
-                model[i] = resolve_overlaps(list(model[i]) + list(extra))
+                model[i] = _union(model[i], extra)
         out = self._merge(sents, model)
         if self.propagate and gs is not None:
             out = propagate(sents, out, gs, common=self.patterns.common_set,
@@ -509,6 +642,27 @@ def _as_groups(groups: Sequence[Hashable] | None, n: int) -> list[Hashable] | No
     if len(gs) != n:
         raise InputError(f"{len(gs)} group ids for {n} sentences", expected="one group id per sentence")
     return gs
+
+
+_HYPHEN_PREFIXES = frozenset({"co", "re", "pre", "non", "ex", "self", "well", "anti", "multi", "semi", "vice",
+                              "post", "mid", "e", "x", "sub", "inter", "cross", "over", "under", "high", "low",
+                              "long", "short", "year", "one", "two", "three", "first", "second", "third"})
+
+
+def _letters(w: str) -> bool:
+    """A name-shaped word: letters, with hyphens between them ("okonkwo-bright", "jean-luc"; not a compound such
+    as "co-written" or "year-end") and an apostrophe only after the prefix ``o'``, ``d'`` or ``l'``
+    ("o'halloran", "d'ambrosia"; not a contraction such as "who'll", "i'd" or "i'm").
+
+    >>> [_letters(w) for w in ("okonkwo-bright", "o'halloran", "co-written", "who'll", "i'd", "smith", "f-")]
+    [True, True, False, False, False, True, False]
+    """
+    core = w.replace("-", "").replace("'", "")
+    if not (core.isalpha() and w[:1].isalpha() and w[-1:].isalpha()):
+        return False
+    if "'" in w and not (w.count("'") == 1 and w.index("'") == 1 and w[0] in "odl"):
+        return False  # only o', d', l' names: "i'd", "i'm" are contractions
+    return "-" not in w or w.split("-")[0] not in _HYPHEN_PREFIXES
 
 
 def _strip_possessive(w: str) -> str:
@@ -646,9 +800,11 @@ def _cued_spans(low: Sequence[str], taken: set[int], stop: frozenset[str]) -> li
             if tuple(low[j:j + k]) != cue:
                 continue
             a = e = j + k
-            while e < n and e - a < 3 and e not in taken and _name_word(low[e], stop):
+            while e < n and e - a < 3 and e not in taken and _name_word(low[e], stop) \
+                    and (e == a or not inflected_word(low[e])):
                 e += 1
-            if e > a and (e == n or low[e] in _CUE_STOP or low[e] in stop or e - a == 3 or e in taken):
+            if e > a and (e == n or low[e] in _CUE_STOP or low[e] in stop or e - a == 3 or e in taken
+                          or inflected_word(low[e])):
                 out.append(EntitySpan(a, e, "PER"))
                 taken.update(range(a, e))
     return out
@@ -710,10 +866,117 @@ def _titled_names(low: Sequence[str], taken: set[int], stop: frozenset[str], com
     return out
 
 
+def _relabel(low: Sequence[str], cur: list[EntitySpan], names: frozenset[str], cased: Sequence[str] | None = None
+             ) -> list[EntitySpan]:
+    """:func:`refine_persons`' ``relabel`` rule: a span of another label, of 1-3 tokens that are all gazetteer
+    names (:func:`_gazetteer_name`: hyphenated ones too), becomes PER; in a cased sentence (``cased``) only a
+    span whose words are all capitalised."""
+    def person(s: EntitySpan) -> bool:
+        return (s.label != "PER" and s.end - s.start <= 3
+                and all(_gazetteer_name(_strip_possessive(low[i]), names) for i in range(s.start, s.end))
+                and (cased is None or all(cased[i][:1].isupper() for i in range(s.start, s.end))))
+
+    return [EntitySpan(s.start, s.end, "PER") if person(s) else s for s in cur]
+
+
+#: Name particles ("van der berg", "de la cruz", "da silva", "bin salman", "al rashid").
+PARTICLES = frozenset({"van", "der", "den", "de", "la", "le", "da", "das", "dos", "del", "della", "di", "du",
+                       "von", "zu", "ten", "ter", "bin", "ibn", "al", "el"})
+_NOT_INITIALS = frozenset("aio")  # single letters that are words
+
+
+def _name_shapes(low: Sequence[str], cur: list[EntitySpan], stop: frozenset[str], firsts: frozenset[str],
+                 lasts: frozenset[str], cased: Sequence[str] | None = None, common: frozenset[str] = frozenset()
+                 ) -> list[EntitySpan]:
+    """:func:`refine_persons`' ``shapes`` rules: a PER span takes in, outside every other span, the initials
+    right before it ("j r okafor"), a first name right before it and a last name right after it (Faker's lists;
+    in uncased text not a ``common`` word, in cased text a capitalised one, "Job Dunja Longhena"; never a stop
+    word, a title or a verb form), and name particles with the word after them ("kylie de la herranz",
+    "annaliese da rouwhorst"). In a cased sentence (``cased``: its words as written) only capitalised words
+    join, particles aside, and any capitalised word of letters right after the span does ("Arnim
+    McIneely-Culloty"). Initials with no span after them start one before a last name or a word the CMU
+    dictionary lacks ("z powers")."""
+    n = len(low)
+
+    def capital(i: int) -> bool:
+        return cased is None or cased[i][:1].isupper()
+
+    def initial(i: int) -> bool:
+        w = low[i]
+        return ((len(w) == 1 and w.isalpha() and w not in _NOT_INITIALS)
+                or (len(w) == 2 and w[1] == "." and w[0].isalpha())) and capital(i)
+
+    # initials the model read as a firm or a place ("r f" + "blewanus": "F" as ORG) belong to the name after
+    # them; initials before a last name or an unknown word with no span start one ("z powers")
+    per_starts = {s.start for s in cur if s.label == "PER"}
+    cur = [s for s in cur if not (s.label != "PER" and s.end in per_starts
+                                  and all(initial(i) for i in range(s.start, s.end)))]
+    covered = {i for s in cur for i in range(s.start, s.end)}
+    i = 0
+    while i < n:
+        j = i
+        while j < n and j - i < 3 and j not in covered and initial(j):
+            j += 1
+        if j > i and j < n and j not in covered and _letters(low[j]) and low[j] not in stop and capital(j) \
+                and (low[j] in lasts or low[j] not in _lexicon()):
+            cur.append(EntitySpan(i, j + 1, "PER"))
+            covered.update(range(i, j + 1))
+        i = max(j, i + 1)
+    cur = sorted(cur, key=lambda s: s.start)
+    owner = {i: k for k, s in enumerate(cur) for i in range(s.start, s.end)}
+
+    def edge_name(i: int, pool: frozenset[str], long: bool = False) -> bool:
+        """Token ``i`` can join a name as a first or last name; a common word only in cased text or, as a
+        last name, after a name of 2+ words (``long``: "sahin edwin date", not "steve good morning")."""
+        w = _strip_possessive(low[i])
+        return (capital(i) and _gazetteer_name(w, pool) and w not in stop and not inflected_word(w)
+                and w not in TITLES and w not in _TITLE_WORDS and _letters(w)
+                and (cased is not None or long or w not in common))
+
+    out: list[EntitySpan] = []
+    absorbed: set[int] = set()
+    for k, s in enumerate(cur):
+        if k in absorbed:
+            continue
+        if s.label != "PER":
+            out.append(s)
+            continue
+
+        def free(i: int, k: int = k) -> bool:  # no other span holds token i (spans never grow into each other)
+            return owner.get(i, k) == k
+
+        a, e = s.start, s.end
+        while a > 0 and free(a - 1) and (initial(a - 1) or edge_name(a - 1, firsts)):
+            a -= 1
+        while e < n and free(e):
+            j = e
+            while j < n and free(j) and low[j] in PARTICLES:
+                j += 1
+            other = owner.get(j, k) if j < n else k
+            if j > e and other != k and cur[other].label == "PER" and cur[other].start == j:
+                e = cur[other].end  # "kylie" + "de la" + "herranz": one name
+                absorbed.add(other)
+                owner.update({i: k for i in range(j, e)})
+            elif (j > e or low[e - 1] in PARTICLES) and j < n and free(j) and _letters(low[j]) \
+                    and low[j] not in stop and capital(j):
+                e = j + 1
+            elif edge_name(e, lasts, long=e - a >= 2 or "-" in low[e - 1]) or (
+                    cased is not None and capital(e) and _letters(low[e]) and low[e] not in stop):
+                e += 1
+            else:
+                break
+        owner.update({i: k for i in range(a, e)})
+        out.append(EntitySpan(a, e, "PER"))
+    return sorted(out, key=lambda s: s.start)
+
+
 def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[EntitySpan]], names: Iterable[str],
                    common: Iterable[str], *, relabel: bool = True, merge: bool = True, extend: bool = True,
-                   cues: bool = True, stop: Iterable[str] | None = None) -> list[list[EntitySpan]]:
-    """Recall-oriented PER rules for ASR-style (uncased) sentences; cased ones are left as they are.
+                   cues: bool = True, shapes: bool = True, stop: Iterable[str] | None = None,
+                   first_names: Iterable[str] | None = None, last_names: Iterable[str] | None = None
+                   ) -> list[list[EntitySpan]]:
+    """Recall-oriented PER rules for ASR-style (uncased) sentences; of cased ones only ``shapes`` applies, to
+    capitalised words.
 
     * ``relabel``: a span of another label whose every token is a gazetteer name (``names``) becomes PER;
     * ``merge``: adjacent PER spans become one;
@@ -726,7 +989,11 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
       a one-word PER span the model found right after a cue takes the next word as its surname ("ceo rodney" +
       "rushing"; not a stop word, a title or a non-alphabetic token); and the 1-3 name words right before a
       trailing title (:data:`TRAILING_TITLES`, "jj bistricer chief operating officer") become PER when one of
-      them is not a common word.
+      them is not a common word;
+    * ``shapes``: a PER span takes in initials before it, a first name before it and a last name after it
+      (``first_names`` and ``last_names``, default Faker's lists of every locale, :func:`faker_name_parts`;
+      common words included, stop words and inflected words never), and name particles (:data:`PARTICLES`)
+      with the word after them.
 
     >>> refine_persons([("thanks", "adi", "hoess", "and", "bob")], [[EntitySpan(1, 2, "ORG")]],
     ...                {"adi", "bob"}, {"and", "thanks"})
@@ -749,36 +1016,50 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
 
         stop = STOP_WORDS
     stop_set = frozenset(stop)
+    if shapes and (first_names is None or last_names is None):
+        fn, ln = faker_name_parts("all")
+        first_names = fn if first_names is None else first_names
+        last_names = ln if last_names is None else last_names
+    firsts, lasts = frozenset(first_names or ()), frozenset(last_names or ())
     out = []
     for ws, ss in zip(sents, spans, strict=True):
         cur = sorted(ss, key=lambda s: s.start)
+        low = [w.lower() for w in ws]
         if _is_cased(ws):
+            if shapes:  # a capitalised gazetteer name the model read as a place or firm ("Arnim" as ORG)
+                cur = _name_shapes(low, _relabel(low, cur, names, cased=ws), stop_set, firsts, lasts, cased=ws,
+                                   common=common)
             out.append(cur)
             continue
-        low = [w.lower() for w in ws]
         if relabel:
-            cur = [EntitySpan(s.start, s.end, "PER") if s.label != "PER" and s.end - s.start <= 3 and all(
-                _strip_possessive(w) in names for w in low[s.start:s.end]) else s for s in cur]
+            cur = _relabel(low, cur, names)
         if extend:
-            cur = _extend_persons(low, cur, common)
+            cur = _extend_persons(low, cur, common, names)
         if cues:
             cur = _cue_persons(low, cur, stop_set, common)
+        if shapes:
+            cur = _name_shapes(low, cur, stop_set, firsts, lasts, common=common)
+            if extend:  # the spans the cue and shape rules made take an uncommon surname too
+                cur = _extend_persons(low, cur, common | stop_set | _CUE_STOP | _TITLE_WORDS, names)
         if merge:
             cur = _merge_persons(cur)
         out.append(cur)
     return out
 
 
-def _extend_persons(low: Sequence[str], cur: list[EntitySpan], common: frozenset[str]) -> list[EntitySpan]:
+def _extend_persons(low: Sequence[str], cur: list[EntitySpan], common: frozenset[str],
+                    names: frozenset[str] = frozenset()) -> list[EntitySpan]:
     """:func:`refine_persons`' ``extend`` rule: each PER span takes in the next token when it is an uncommon
-    alphabetic word (``'s`` allowed) outside every span."""
+    word of letters (``'s`` allowed; ``-`` and ``'`` inside: "okonkwo-bright", "o'halloran") outside every
+    span, and not an inflected English word (:func:`inflected_word`: "chaired") unless a gazetteer name."""
     taken = {i for s in cur for i in range(s.start, s.end)}
     new = []
     for s in cur:
         e = s.end
         if s.label == "PER" and e < len(low) and e not in taken:
             w = _strip_possessive(low[e])
-            if w.isalpha() and len(w) > 1 and w not in common and low[e] not in common:
+            if _letters(w) and len(w) > 1 and w not in common and low[e] not in common \
+                    and (w in names or not inflected_word(w)):
                 e += 1
                 taken.add(s.end)
         new.append(EntitySpan(s.start, e, s.label))

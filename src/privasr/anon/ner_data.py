@@ -29,11 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from privasr.anon.ner import resolve_overlaps
-from privasr.anon.transform import LABELS, EntitySpan
+from privasr.anon.transform import LABELS, EntitySpan, map_label
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["Doc", "EARNINGS21_TO_LABEL", "SENTENCE_END", "DATA_VERSION", "NerData", "wikigold_docs",
-           "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names"]
+           "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names", "file_ner_data", "presidio_docs",
+           "PRESIDIO_TO_LABEL"]
 
 Doc = tuple[tuple[str, ...], list[EntitySpan]]
 """One training or evaluation sentence: its tokens and gold spans."""
@@ -158,6 +159,117 @@ def load_ner_data(data: str | Path, seed: int = 0) -> NerData:
             parts[name][part] = [x for k in keys for x in docs[k]]
             clients[name][part] = [k for k in keys for _ in docs[k]]
     return NerData(parts, clients, ids, files)
+
+
+PRESIDIO_TO_LABEL: Mapping[str, str] = {
+    "PERSON": "PER", "ORGANIZATION": "ORG", "LOCATION": "LOC", "GPE": "LOC", "STREET_ADDRESS": "LOC",
+    "NRP": "MISC", "PHONE_NUMBER": "MISC", "EMAIL_ADDRESS": "MISC", "CREDIT_CARD": "MISC", "IBAN_CODE": "MISC",
+    "US_SSN": "MISC", "IP_ADDRESS": "MISC", "URL": "MISC", "DATE_TIME": "MISC", "US_DRIVER_LICENSE": "MISC",
+    "US_PASSPORT": "MISC", "US_BANK_NUMBER": "MISC", "ZIP_CODE": "MISC", "AGE": "MISC", "TITLE": "MISC",
+}
+"""presidio-evaluator's entity types -> paper 003's categories (personal identifiers as MISC)."""
+
+_TOKEN = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
+
+
+def presidio_docs(path: str | Path) -> list[Doc]:
+    """presidio-evaluator's synthetic PII sentences (a JSON list of ``{"full_text", "spans": [{"entity_type",
+    "start_position", "end_position"}]}``, e.g. ``data/synth_dataset_v2.json`` of the ``presidio-evaluator``
+    source package) as tokenised sentences (words, contractions and hyphenated words whole, punctuation
+    apart) with token spans (every token a span's characters touch; :data:`PRESIDIO_TO_LABEL`).
+
+    Raises:
+        InputError: not such a list, naming the record and what it lacks.
+    """
+    import json
+
+    from privasr.errors import InputError
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"cannot read it as JSON: {e}", path=p) from None
+    if not isinstance(data, list):
+        raise InputError("not a JSON list", path=p, expected='[{"full_text": ..., "spans": [...]}, ...]')
+    out: list[Doc] = []
+    for k, rec in enumerate(data):
+        if not (isinstance(rec, dict) and isinstance(rec.get("full_text"), str) and isinstance(rec.get("spans"),
+                                                                                                list)):
+            raise InputError(f"record {k} has no 'full_text' string and 'spans' list", path=p,
+                             expected="presidio-evaluator's synthetic data records")
+        text = rec["full_text"]
+        toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
+        spans = []
+        for sp in rec["spans"]:
+            try:
+                a, b, typ = int(sp["start_position"]), int(sp["end_position"]), str(sp["entity_type"])
+            except (KeyError, TypeError, ValueError):
+                raise InputError(f"record {k} has a span without start_position, end_position and entity_type",
+                                 path=p) from None
+            lab = PRESIDIO_TO_LABEL.get(typ)
+            idx = [i for i, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
+            if lab is not None and idx:
+                spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
+        if toks:
+            out.append((tuple(t for _, _, t in toks), resolve_overlaps(spans)))
+    return out
+
+
+def _is_presidio(p: Path) -> bool:
+    """Whether a file starts as presidio-evaluator's synthetic data does (a JSON list of ``full_text`` records)."""
+    try:
+        with p.open(encoding="utf-8") as f:
+            head = f.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return head.lstrip().startswith("[") and '"full_text"' in head and '"spans"' in head
+
+
+def file_ner_data(path: str | Path, fmt: str | None = None) -> NerData:
+    """Any annotated file privasr reads (CoNLL in IOB1 or IOB2, Earnings-21 ``.nlp`` references, canonical
+    transcript JSON Lines with ``entities``, presidio-evaluator's synthetic JSON: :func:`presidio_docs`) as one
+    held-out ``test`` part named after the file, each document
+    (a CoNLL ``-DOCSTART-`` section, a call, a ``client``) one client. Labels are mapped to paper 003's
+    categories (CoNLL's PER/ORG/LOC/MISC kept, OntoNotes' PERSON, GPE, ... mapped by
+    :func:`~privasr.anon.transform.map_label`; numeric types dropped).
+
+    Raises:
+        InputError: the file cannot be read, holds no transcripts, or no sentence has an entity label this
+            mapping knows (naming the labels it found).
+    """
+    from privasr.corpus.load import load_path
+
+    p = Path(path)
+    docs: list[Doc] = []
+    clients: list[str] = []
+    seen: set[str] = set()
+    if p.is_file() and _is_presidio(p):
+        docs = presidio_docs(p)
+        clients = [f"s{k:05d}" for k in range(len(docs))]  # unrelated synthetic sentences: each its own document
+        recs = []
+    else:
+        sets = load_path(p, fmt)
+        recs = [r for d in sets if d.kind == "transcript" for r in d.records]
+        if not recs:
+            raise InputError("it holds no transcripts", path=p, expected="an annotated file: CoNLL, .nlp, "
+                                                                          "transcript JSON Lines with entities, or "
+                                                                          "presidio-evaluator's synthetic JSON")
+    for r in recs:
+        spans = []
+        for e in r.entities or ():
+            seen.add(e.label)
+            lab = map_label(e.label)
+            if lab is not None:
+                spans.append(EntitySpan(e.start, e.end, lab))
+        docs.append((tuple(r.words), spans))
+        clients.append(r.client or r.utt_id)
+    if not any(spans for _, spans in docs):
+        raise InputError(f"no entity with a known label (labels found: {sorted(seen) or 'none'})", path=p,
+                         expected="PER/ORG/LOC/MISC or OntoNotes labels (PERSON, ORG, GPE, ...)")
+    name = p.name
+    return NerData({name: {"test": docs}}, {name: {"test": clients}}, {name: {"test": sorted(set(clients))}},
+                   {name: p})
 
 
 _PLACEHOLDER = re.compile(r"^(speaker|operator|unknown|unidentified|moderator|participant|analyst|host)\b|\bhost$",

@@ -50,7 +50,9 @@ def _train_config(seed: int, epochs: int | None, name_augment: float | None) -> 
 @app.command("eval-ner")
 def eval_ner(
     data: Path = typer.Option(None, "--data", help="Data folder with ner-wikigold/ and earnings21/ "
-                                                   "(default: ../shared/data or $PRIVASR_DATA)."),
+                                                   "(default: ../shared/data or $PRIVASR_DATA), or one annotated "
+                                                   "file to evaluate on as held-out text (CoNLL, .nlp, transcript "
+                                                   "JSON Lines with entities)."),
     out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md."),
     model: str = typer.Option("finetuned", "--model", help="Primary detector: finetuned (cached fine-tuned model "
                                                            "+ patterns + recall passes), stock, patterns, or a trained model folder."),
@@ -64,15 +66,48 @@ def eval_ner(
                                  help="Also evaluate stock, stock+patterns, patterns and finetuned alone."),
 ) -> None:
     """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
-    from privasr.experiments.ner_eval import run_eval_ner
+    from privasr.experiments.ner_eval import run_eval_ner, run_eval_ner_file
+    from privasr.outputs import check_output_dir
 
     console = make_console(stderr=True)
+    if data is not None and data.is_file():
+        check_output_dir(out)
+        m = run_eval_ner_file(data, out, model=model, seed=seed, systems=("stock", "patterns") if compare else (),
+                              log=lambda s: console.print(s, highlight=False))
+        make_console().print(f"{data.name}: {m['sentences']:,} sentences, gold mentions {m['gold_mentions']}; PER "
+                             f"recall (ASR-style) {m['per_recall_asr_style']:.4f}; PER leak rate "
+                             f"{m['per_leak_rate_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}")
+        make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        return
     cfg = _train_config(seed, epochs, name_augment)
     systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
     m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg, cache_root=cache,  # type: ignore[arg-type]
                      systems=systems, log=lambda s: console.print(s, highlight=False), part=part)
     make_console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
                     f"Earnings-21 names leaked {m['earnings21_names_leaked']}")
+    make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+
+
+@app.command("eval-names")
+def eval_names(
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, plots/."),
+    model: str = typer.Option("finetuned", "--model", help="Detector: finetuned, stock, patterns or a trained "
+                                                           "model folder."),
+    n: int = typer.Option(100, "--n", min=1, help="Names per shape and casing."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the planted names and the surrogates."),
+) -> None:
+    """Plant names of every shape (particles, apostrophes, hyphens, initials, titles) in every casing and count
+    how many survive anonymisation, per shape."""
+    from privasr.cli.rescore import _command_line
+    from privasr.experiments.name_eval import run_eval_names
+    from privasr.outputs import check_output_dir, output_dir
+
+    check_output_dir(out)
+    with output_dir(out), make_console(stderr=True).status(f"planting names ({model})"):
+        m = run_eval_names(out, model=model, n=n, seed=seed, argv=_command_line())
+    make_console().print(f"{m['names']:,} planted names: {100 * m['survival']:.2f}% survive; worst shape "
+                         f"{100 * m['worst_shape_survival']:.2f}% (target {100 * m['target']:g}%: "
+                         f"{'met' if m['target_met'] else 'not met'})")
     make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 

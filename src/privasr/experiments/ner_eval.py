@@ -38,7 +38,7 @@ from privasr.anon.ner_model import NerTrainConfig, cached_model, gutenberg_cased
 from privasr.anon.transform import LABELS, Anonymizer
 from privasr.errors import ConfigError
 
-__all__ = ["run_eval_ner", "report"]
+__all__ = ["run_eval_ner", "run_eval_ner_file", "report"]
 
 
 def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetuned", seed: int = 0,
@@ -93,6 +93,45 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
     write_results(out, runner="ner-eval", config=config, seed=seed, metrics=metrics,
                   data={**{k: str(p) for k, p in data.files.items()}, "speaker_names": str(names_file)})
     (out / "report.md").write_text(report(metrics), encoding="utf-8")
+    return metrics
+
+
+def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetuned", seed: int = 0,
+                      systems: Sequence[str] = ("stock", "patterns"), log: Any = None) -> dict[str, Any]:
+    """Evaluate on one annotated file that no training or tuning touched (:func:`~privasr.anon.ner_data.
+    file_ner_data`: CoNLL, Earnings-21 ``.nlp``, transcript JSON Lines with entities), cased and ASR-style;
+    write ``out/results.json`` and ``out/report.md``; return the metrics.
+
+    ``model`` is the primary detector (a :func:`~privasr.anon.ner_model.load_detector` spec; ``finetuned``: the
+    cached fine-tuned model + patterns + recall passes); ``systems`` (``stock``, ``patterns`` or any spec) are
+    compared beside it. The metrics are those of :func:`run_eval_ner` without the Earnings-21 names, plus the
+    file's counts (``sentences``, ``tokens``, ``gold_mentions`` per label).
+    """
+    from privasr.anon.ner_data import file_ner_data
+    from privasr.results import write_results
+
+    data = file_ner_data(path)
+    name = next(iter(data.parts))
+    docs = data.parts[name]["test"]
+    results: dict[str, Any] = {}
+    for spec in dict.fromkeys([*systems, model]):
+        results[spec] = evaluate_detector(load_detector(spec), data, seed=seed, part="test")
+        if log is not None:
+            r = results[spec]["asr"]["all"]
+            log(f"{spec}: ASR-style PER recall {r['prf']['PER']['recall']:.4f}, leak rate "
+                f"{r['leak']['all']['leak_rate']:.4f}")
+    metrics = _detector_metrics(results[model], model)
+    gold: dict[str, int] = {lab: 0 for lab in LABELS}
+    for _, spans in docs:
+        for sp in spans:
+            gold[sp.label] += 1
+    metrics.update(systems=results, sentences=len(docs), tokens=sum(len(w) for w, _ in docs), gold_mentions=gold)
+    out = Path(out)
+    write_results(out, runner="ner-eval", config={"data": str(path), "model": model, "systems": list(systems),
+                                                  "held_out": True, "leak_labels": list(LEAK_LABELS)},
+                  seed=seed, metrics=metrics, data={"test": str(path)})
+    (out / "report.md").write_text(report(metrics, title=f"NER for anonymisation on {Path(path).name} (held out, "
+                                                         "exact spans)"), encoding="utf-8")
     return metrics
 
 
@@ -162,6 +201,22 @@ def _metrics(prim: Mapping[str, Any], names: Mapping[str, Any], primary_name: st
     """The contract metrics, from the primary system's scores and names leaked (see :func:`run_eval_ner`)."""
     nr = names["all_calls"]
     return {
+        **_detector_metrics(prim, primary_name),
+        "earnings21_names_leaked": len(nr["leaked"]),
+        "earnings21_names_leaked_list": nr["leaked"],
+        "earnings21_names_leaked_strict": len(nr["leaked_strict"]),
+        "earnings21_names_leaked_strict_list": nr["leaked_strict"],
+        "earnings21_name_strings_found": nr["name_strings_found"],
+        "earnings21_names_leaked_test_calls": len(names["test_calls"]["leaked"]),
+        "train_seconds": info.get("train_seconds"), "trained_now": trained,
+        "model_dir": str(folder) if folder is not None else None, "best_epoch": info.get("best_epoch"),
+    }
+
+
+def _detector_metrics(prim: Mapping[str, Any], primary_name: str) -> dict[str, Any]:
+    """The contract metrics of one detector's scores (pooled parts): PER recall, precision and coverage, micro
+    F1, the leak rates (all labels and per label)."""
+    return {
         "per_recall_asr_style": prim["asr"]["all"]["prf"]["PER"]["recall"],
         "per_recall_cased": prim["cased"]["all"]["prf"]["PER"]["recall"],
         "per_token_recall_asr_style": prim["asr"]["all"]["token_recall"]["PER"],
@@ -174,21 +229,16 @@ def _metrics(prim: Mapping[str, Any], names: Mapping[str, Any], primary_name: st
         "per_recall_target_met": prim["asr"]["all"]["prf"]["PER"]["recall"] >= 0.95,
         "leak_rate": prim["asr"]["all"]["leak"]["all"]["leak_rate"],
         "leak_rate_cased": prim["cased"]["all"]["leak"]["all"]["leak_rate"],
-        "earnings21_names_leaked": len(nr["leaked"]),
-        "earnings21_names_leaked_list": nr["leaked"],
-        "earnings21_names_leaked_strict": len(nr["leaked_strict"]),
-        "earnings21_names_leaked_strict_list": nr["leaked_strict"],
-        "earnings21_name_strings_found": nr["name_strings_found"],
-        "earnings21_names_leaked_test_calls": len(names["test_calls"]["leaked"]),
+        "per_leak_rate_asr_style": (prim["asr"]["all"]["leak"].get("PER") or {}).get("leak_rate"),
+        "leak_rate_by_label_asr_style": {lab: v["leak_rate"] for lab, v in prim["asr"]["all"]["leak"].items()},
         "primary_system": primary_name,
-        "train_seconds": info.get("train_seconds"), "trained_now": trained,
-        "model_dir": str(folder) if folder is not None else None, "best_epoch": info.get("best_epoch"),
     }
 
 
-def report(metrics: Mapping[str, Any]) -> str:
+def report(metrics: Mapping[str, Any], title: str = "NER for anonymisation (held-out test parts, exact spans)"
+           ) -> str:
     """A Markdown table of P/R/F1 per system, style and label (pooled test parts) and the leak figures."""
-    lines = ["# NER for anonymisation (held-out test parts, exact spans)", "",
+    lines = [f"# {title}", "",
              "| system | text | label | P | R | F1 | token R | leak |", "|---|---|---|---|---|---|---|---|"]
     for s, r in metrics["systems"].items():
         for style in ("cased", "asr"):
@@ -214,10 +264,14 @@ def report(metrics: Mapping[str, Any]) -> str:
     for s, r in metrics["systems"].items():
         for style in ("cased", "asr"):
             lines.append(f"| {s} | {style} | {r[style]['all'].get('tagged_fraction', 0.0):.4f} |")
-    lines += ["", f"primary system: {metrics['primary_system']}; PER recall (ASR-style) "
-              f"{metrics['per_recall_asr_style']:.4f} (token recall {metrics['per_token_recall_asr_style']:.4f}, "
-              f"mentions covered {metrics['per_covered_recall_asr_style']:.4f}, "
-              f"precision {metrics['per_precision_asr_style']:.4f}); leak rate {metrics['leak_rate']:.4f}; Earnings-21 names "
-              f"leaked {metrics['earnings21_names_leaked']} (strict {metrics['earnings21_names_leaked_strict']}): "
-              + ", ".join(metrics["earnings21_names_leaked_list"]), ""]
+    per_leak = metrics.get("per_leak_rate_asr_style")
+    last = (f"primary system: {metrics['primary_system']}; PER recall (ASR-style) "
+            f"{metrics['per_recall_asr_style']:.4f} (token recall {metrics['per_token_recall_asr_style']:.4f}, "
+            f"mentions covered {metrics['per_covered_recall_asr_style']:.4f}, "
+            f"precision {metrics['per_precision_asr_style']:.4f}); leak rate {metrics['leak_rate']:.4f}"
+            + ("" if per_leak is None else f" (PER {per_leak:.4f})"))
+    if "earnings21_names_leaked" in metrics:
+        last += (f"; Earnings-21 names leaked {metrics['earnings21_names_leaked']} (strict "
+                 f"{metrics['earnings21_names_leaked_strict']}): " + ", ".join(metrics["earnings21_names_leaked_list"]))
+    lines += ["", last, ""]
     return "\n".join(lines)

@@ -14,7 +14,9 @@ its numbers, so one function serves every runner that writes that part:
 * :func:`~privasr.plots.systems.system_wers`, :func:`~privasr.plots.systems.client_spread`,
   :func:`~privasr.plots.systems.seed_pairs`: WER by system, over clients, over seeds;
 * :func:`~privasr.plots.audit.roc_curves`, :func:`~privasr.plots.audit.exposure_curves`,
-  :func:`~privasr.plots.audit.epsilon_bounds`: the privacy audit's ``sections``.
+  :func:`~privasr.plots.audit.epsilon_bounds`: the privacy audit's ``sections``;
+* :func:`~privasr.plots.audit.name_survival`: planted names surviving anonymisation per shape (``privasr anon
+  eval-names``).
 
 >>> import json, pathlib, tempfile
 >>> out = pathlib.Path(tempfile.mkdtemp())
@@ -42,7 +44,7 @@ from typing import Any
 
 from privasr.errors import InputError
 from privasr.plots._figure import EXTRA_HINT, Plot, PlotsUnavailable, Run, pyplot
-from privasr.plots.audit import epsilon_bounds, exposure_curves, roc_curves
+from privasr.plots.audit import epsilon_bounds, exposure_curves, name_survival, roc_curves
 from privasr.plots.curves import ftl_convergence, round_curves
 from privasr.plots.reliability import reliability_diagram
 from privasr.plots.sweeps import table_sweeps
@@ -54,7 +56,7 @@ log = logging.getLogger("privasr.plots")
 
 KINDS: tuple[Callable[[Sequence[Run]], list[Plot]], ...] = (
     system_wers, client_spread, seed_pairs, round_curves, ftl_convergence, table_sweeps, reliability_diagram,
-    roc_curves, exposure_curves, epsilon_bounds)
+    roc_curves, exposure_curves, epsilon_bounds, name_survival)
 """Every kind of plot, in the order a report shows them."""
 
 _warned = False

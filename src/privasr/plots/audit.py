@@ -21,7 +21,7 @@ from typing import Any
 
 from privasr.plots._figure import Plot, Run, figure, legend, number, rows_of, series_label
 
-__all__ = ["roc_curves", "exposure_curves", "epsilon_bounds"]
+__all__ = ["roc_curves", "exposure_curves", "epsilon_bounds", "name_survival"]
 
 
 def _sections(res: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -165,3 +165,38 @@ def epsilon_bounds(runs: Sequence[Run]) -> list[Plot]:
     ax.grid(axis="y", alpha=0.3)
     legend(ax)
     return [Plot("audit_epsilon", "Empirical epsilon lower bounds beside the accountant's epsilon", fig)]
+
+
+def name_survival(runs: Sequence[Run]) -> list[Plot]:
+    """Planted names surviving anonymisation per name shape (``metrics.by_shape`` of ``privasr anon
+    eval-names``), one bar per shape and run, with the target (``metrics.target``) as a line. ``[]`` without.
+
+    >>> res = {"metrics": {"target": 0.02, "by_shape": {"first_last": {"survival": 0.01, "names": 300},
+    ...                                                 "initials": {"survival": 0.03, "names": 300}}}}
+    >>> [p.name for p in name_survival([("", res)])]
+    ['name_survival']
+    """
+    runs_with = [(label, (res.get("metrics") or {})) for label, res in runs
+                 if isinstance((res.get("metrics") or {}).get("by_shape"), Mapping)]
+    if not runs_with:
+        return []
+    shapes: list[str] = []
+    for _, m in runs_with:
+        shapes += [s for s in m["by_shape"] if s not in shapes]
+    fig, (ax,) = figure(1, width=max(6.0, 0.7 * len(shapes)), height=3.8)
+    width = 0.8 / len(runs_with)
+    for k, (label, m) in enumerate(runs_with):
+        ys = [100 * (number((m["by_shape"].get(s) or {}).get("survival")) or 0.0) for s in shapes]
+        ax.bar([i + k * width for i in range(len(shapes))], ys, width, label=label or None)
+    target = next((number(m.get("target")) for _, m in runs_with if number(m.get("target")) is not None), None)
+    if target is not None:
+        ax.axhline(100 * target, color="grey", linestyle=":", linewidth=0.9, label=f"target {100 * target:g}%")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], [s.replace("_", " ") for s in shapes],
+                  rotation=30, ha="right")
+    ax.set_xlabel("name shape")
+    ax.set_ylabel("names with a word left unchanged (%)")
+    ax.grid(axis="y", alpha=0.3)
+    legend(ax)
+    title = "Planted names surviving anonymisation, by shape"
+    fig.suptitle(title)
+    return [Plot("name_survival", title, fig)]
