@@ -93,3 +93,43 @@ def test_a_file_without_known_entity_labels_is_refused(tmp_path: Path) -> None:
     f.write_text("a O\nb B-CARDINAL\n")
     with pytest.raises(InputError, match=r"no entity with a known label \(labels found: \['CARDINAL'\]\)"):
         file_ner_data(f)
+
+
+def test_presidio_reader_gives_sentences_or_a_located_error(tmp_path: Path) -> None:
+    import json
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from privasr.anon.ner_data import file_ner_data
+
+    good = [{"full_text": "Call Mary at 555-0101.", "spans": [
+        {"entity_type": "PERSON", "start_position": 5, "end_position": 9},
+        {"entity_type": "PHONE_NUMBER", "start_position": 13, "end_position": 21}]}]
+    junk = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
+                     st.text(max_size=5), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3),
+                                                                                           st.integers(), max_size=2))
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(st.sampled_from(["full_text", "spans", "entity_type", "start_position", "end_position", "cut"]), junk,
+           st.integers(0, 200))
+    def fuzz(key, value, cut):
+        recs = json.loads(json.dumps(good))
+        if key in ("full_text", "spans"):
+            recs[0][key] = value
+        elif key != "cut":
+            recs[0]["spans"][0][key] = value
+        text = json.dumps(recs)
+        if key == "cut":
+            text = text[:cut]
+        f = tmp_path / "f.json"
+        f.write_text(text)
+        try:
+            d = file_ner_data(f)
+        except InputError as e:
+            assert "f.json" in str(e)
+            return
+        for words, spans in d.parts["f.json"]["test"]:
+            assert all(0 <= s.start < s.end <= len(words) for s in spans)
+
+    fuzz()
