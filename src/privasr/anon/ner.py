@@ -235,9 +235,15 @@ NAME_SCOPES = ("en_US", "en", "all")
 """Which of Faker's person-name lists :func:`faker_names` gathers."""
 
 
+def _fold(name: str) -> str:
+    """A name lower-cased and folded to ASCII as an English recogniser writes it ("Salmerón" -> "salmeron")."""
+    return unicodedata.normalize("NFKD", name.lower()).encode("ascii", "ignore").decode()
+
+
 @functools.lru_cache(maxsize=4)
 def faker_names(scope: str = "en_US") -> frozenset[str]:
-    """Faker's first and last names as lower-case ASCII alphabetic tokens of 2+ letters: ``"en_US"`` its US
+    """Faker's first and last names as lower-case alphabetic tokens of 2+ letters, folded to ASCII ("Salmerón"
+    -> "salmeron", as an English recogniser writes it): ``"en_US"`` its US
     English lists (1,600-odd tokens), ``"en"`` every English locale's (``en``, ``en_GB``, ``en_IE``,
     ``en_IN``, ...; about 14,000), ``"all"`` every locale's (about 30,000).
 
@@ -275,7 +281,7 @@ def faker_names(scope: str = "en_US") -> frozenset[str]:
             except TypeError:  # pragma: no cover
                 continue
             for n in items:
-                for w in str(n).lower().replace("-", " ").split():
+                for w in _fold(str(n)).replace("-", " ").split():
                     if w.isascii() and w.isalpha() and len(w) > 1:
                         out.add(w)
     return frozenset(out)
@@ -283,7 +289,7 @@ def faker_names(scope: str = "en_US") -> frozenset[str]:
 
 @functools.lru_cache(maxsize=4)
 def faker_name_parts(scope: str = "all") -> tuple[frozenset[str], frozenset[str]]:
-    """Faker's first names and last names apart (lower-case ASCII alphabetic tokens of 2+ letters, the lists of
+    """Faker's first names and last names apart (lower-case alphabetic tokens of 2+ letters folded to ASCII, the lists of
     :func:`faker_names`' ``scope``): the name-edge rule of :func:`refine_persons` asks which a word can be.
 
     >>> firsts, lasts = faker_name_parts("en_US")
@@ -319,7 +325,7 @@ def faker_name_parts(scope: str = "all") -> tuple[frozenset[str], frozenset[str]
                 continue
             out = parts[0] if attr.startswith("first") else parts[1]
             for n in items:
-                for w in str(n).lower().replace("-", " ").split():
+                for w in _fold(str(n)).replace("-", " ").split():
                     if w.isascii() and w.isalpha() and len(w) > 1:
                         out.add(w)
     return frozenset(parts[0]), frozenset(parts[1])
@@ -870,11 +876,21 @@ def _relabel(low: Sequence[str], cur: list[EntitySpan], names: frozenset[str], c
              ) -> list[EntitySpan]:
     """:func:`refine_persons`' ``relabel`` rule: a span of another label, of 1-3 tokens that are all gazetteer
     names (:func:`_gazetteer_name`: hyphenated ones too), becomes PER; in a cased sentence (``cased``) only a
-    span whose words are all capitalised."""
+    one-word span next to a name part outside every span: a capitalised word after it ("Arnim" read as ORG
+    before "McIneely-Culloty") or an initial before it ("T Rajan"); "Jordan" or "Georgia" alone stay places."""
+    taken = {i for s in cur for i in range(s.start, s.end)}
+
     def person(s: EntitySpan) -> bool:
-        return (s.label != "PER" and s.end - s.start <= 3
-                and all(_gazetteer_name(_strip_possessive(low[i]), names) for i in range(s.start, s.end))
-                and (cased is None or all(cased[i][:1].isupper() for i in range(s.start, s.end))))
+        if s.label == "PER" or s.end - s.start > 3 or not all(
+                _gazetteer_name(_strip_possessive(low[i]), names) for i in range(s.start, s.end)):
+            return False
+        if cased is None:
+            return True
+        a, e = s.start, s.end
+        after = e < len(cased) and e not in taken and cased[e][:1].isupper() and _letters(low[e])
+        before = a > 0 and a - 1 not in taken and cased[a - 1][:1].isupper() and (
+            len(low[a - 1]) == 1 or (len(low[a - 1]) == 2 and low[a - 1][1] == "."))  # an initial: "T Rajan"
+        return e - a == 1 and cased[a][:1].isupper() and (after or before)
 
     return [EntitySpan(s.start, s.end, "PER") if person(s) else s for s in cur]
 
