@@ -243,9 +243,9 @@ def _fold(name: str) -> str:
 @functools.lru_cache(maxsize=4)
 def faker_names(scope: str = "en_US") -> frozenset[str]:
     """Faker's first and last names as lower-case alphabetic tokens of 2+ letters, folded to ASCII ("Salmerón"
-    -> "salmeron", as an English recogniser writes it): ``"en_US"`` its US
-    English lists (1,600-odd tokens), ``"en"`` every English locale's (``en``, ``en_GB``, ``en_IE``,
-    ``en_IN``, ...; about 14,000), ``"all"`` every locale's (about 30,000).
+    -> "salmeron", as an English recogniser writes it): ``"en_US"`` its US English lists (1,600-odd tokens),
+    ``"en"`` every English locale's (``en``, ``en_GB``, ``en_IE``, ``en_IN``, ...; about 14,000), ``"all"``
+    every locale's (about 30,000). The union of :func:`faker_name_parts`.
 
     >>> names = faker_names()
     >>> "john" in names and "smith" in names and len(names) > 1000
@@ -253,44 +253,15 @@ def faker_names(scope: str = "en_US") -> frozenset[str]:
     >>> faker_names("en_US") < faker_names("en") < faker_names("all")
     True
     """
-    import importlib
-    import pkgutil
-
-    import faker.providers.person as person
-
-    if scope not in NAME_SCOPES:
-        raise ConfigError(f"name scope {scope!r}", expected=f"one of {list(NAME_SCOPES)}")
-    locales = sorted(m.name for m in pkgutil.iter_modules(person.__path__))
-    if scope == "en_US":
-        locales = ["en_US"]
-    elif scope == "en":
-        locales = [x for x in locales if x == "en" or x.startswith("en_")]
-    out = set()
-    for loc in locales:
-        try:
-            prov = importlib.import_module(f"faker.providers.person.{loc}").Provider
-        except (ImportError, AttributeError):  # pragma: no cover - every locale module has a Provider
-            continue
-        for attr in ("first_names", "last_names", "first_names_male", "first_names_female", "last_names_male",
-                     "last_names_female"):
-            v = prov.__dict__.get(attr)
-            if v is None or isinstance(v, property | str):
-                continue
-            try:
-                items = list(v)
-            except TypeError:  # pragma: no cover
-                continue
-            for n in items:
-                for w in _fold(str(n)).replace("-", " ").split():
-                    if w.isascii() and w.isalpha() and len(w) > 1:
-                        out.add(w)
-    return frozenset(out)
+    firsts, lasts = faker_name_parts(scope)
+    return firsts | lasts
 
 
 @functools.lru_cache(maxsize=4)
 def faker_name_parts(scope: str = "all") -> tuple[frozenset[str], frozenset[str]]:
-    """Faker's first names and last names apart (lower-case alphabetic tokens of 2+ letters folded to ASCII, the lists of
-    :func:`faker_names`' ``scope``): the name-edge rule of :func:`refine_persons` asks which a word can be.
+    """Faker's first names and last names apart, from the locales of ``scope`` (:data:`NAME_SCOPES`), as
+    lower-case alphabetic tokens of 2+ letters folded to ASCII: the name-edge rule of :func:`refine_persons` asks
+    which a word can be.
 
     >>> firsts, lasts = faker_name_parts("en_US")
     >>> "john" in firsts and "smith" in lasts
