@@ -31,6 +31,9 @@ def test_eval_ner_on_one_held_out_file(tmp_path: Path) -> None:
     assert 0 <= m["per_leak_rate_asr_style"] <= 1 and set(m["leak_rate_by_label_asr_style"]) >= {"PER", "all"}
     report = (out / "report.md").read_text()
     assert report.startswith("# NER for anonymisation on held.conll") and "| patterns | asr | PER |" in report
+    r = CliRunner().invoke(app, ["eval-ner", "--data", str(f), "--out", str(tmp_path / "o3"), "--part", "dev"])
+    assert r.exit_code != 0 and "a file is evaluated whole" in str(r.exception)
+    assert not (tmp_path / "o3").exists()
     bad = tmp_path / "notes.txt"
     bad.write_text("{not json\n")
     r = CliRunner().invoke(app, ["eval-ner", "--data", str(bad), "--out", str(tmp_path / "o2"), "--model",

@@ -52,14 +52,17 @@ def eval_ner(
     data: Path = typer.Option(None, "--data", help="Data folder with ner-wikigold/ and earnings21/ "
                                                    "(default: ../shared/data or $PRIVASR_DATA), or one annotated "
                                                    "file to evaluate on as held-out text (CoNLL, .nlp, transcript "
-                                                   "JSON Lines with entities)."),
+                                                   "JSON Lines with entities, presidio-evaluator's synthetic "
+                                                   "JSON)."),
     out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md."),
     model: str = typer.Option("finetuned", "--model", help="Primary detector: finetuned (cached fine-tuned model "
                                                            "+ patterns + recall passes), stock, patterns, or a trained model folder."),
     seed: int = typer.Option(0, "--seed", help="Seed of the splits, training and surrogates."),
     epochs: int = typer.Option(None, "--epochs", help="Most training epochs (default: NerTrainConfig's)."),
     name_augment: float = typer.Option(None, "--name-augment", help="Faker-name augmentation fraction."),
-    cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
+    cache: Path = typer.Option(None, "--cache", help="Where fine-tuned models are cached (default: runs/cache "
+                                                     "with a data folder, the user cache ~/.cache/privasr with "
+                                                     "--data FILE)."),
     part: str = typer.Option("test", "--part", help="Which held-out part to score: test (the reported figures) "
                                                     "or dev (for choosing settings)."),
     compare: bool = typer.Option(True, "--compare/--no-compare",
@@ -67,13 +70,18 @@ def eval_ner(
 ) -> None:
     """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
     from privasr.experiments.ner_eval import run_eval_ner, run_eval_ner_file
-    from privasr.outputs import check_output_dir
+    from privasr.outputs import check_output_dir, output_dir
 
     console = make_console(stderr=True)
     if data is not None and data.is_file():
+        if part != "test" or epochs is not None or name_augment is not None:
+            raise ConfigError("--part, --epochs and --name-augment apply to a data folder's splits and training",
+                              path=data, expected="a file is evaluated whole, with an already trained model")
         check_output_dir(out)
-        m = run_eval_ner_file(data, out, model=model, seed=seed, systems=("stock", "patterns") if compare else (),
-                              log=lambda s: console.print(s, highlight=False))
+        with output_dir(out):
+            m = run_eval_ner_file(data, out, model=model, seed=seed, cache_root=cache,
+                                  systems=("stock", "patterns") if compare else (),
+                                  log=lambda s: console.print(s, highlight=False))
         make_console().print(f"{data.name}: {m['sentences']:,} sentences, gold mentions {m['gold_mentions']}; PER "
                              f"recall (ASR-style) {m['per_recall_asr_style']:.4f}; PER leak rate "
                              f"{m['per_leak_rate_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}")
@@ -81,7 +89,8 @@ def eval_ner(
         return
     cfg = _train_config(seed, epochs, name_augment)
     systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
-    m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg, cache_root=cache,  # type: ignore[arg-type]
+    m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg,  # type: ignore[arg-type]
+                     cache_root=cache if cache is not None else Path("runs/cache"),
                      systems=systems, log=lambda s: console.print(s, highlight=False), part=part)
     make_console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
                     f"Earnings-21 names leaked {m['earnings21_names_leaked']}")

@@ -97,13 +97,15 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
 
 
 def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetuned", seed: int = 0,
-                      systems: Sequence[str] = ("stock", "patterns"), log: Any = None) -> dict[str, Any]:
+                      systems: Sequence[str] = ("stock", "patterns"), cache_root: str | Path | None = None,
+                      log: Any = None) -> dict[str, Any]:
     """Evaluate on one annotated file that no training or tuning touched (:func:`~privasr.anon.ner_data.
-    file_ner_data`: CoNLL, Earnings-21 ``.nlp``, transcript JSON Lines with entities), cased and ASR-style;
+    file_ner_data`: CoNLL, Earnings-21 ``.nlp``, transcript JSON Lines with entities, presidio-evaluator's
+    synthetic JSON), cased and ASR-style;
     write ``out/results.json`` and ``out/report.md``; return the metrics.
 
     ``model`` is the primary detector (a :func:`~privasr.anon.ner_model.load_detector` spec; ``finetuned``: the
-    cached fine-tuned model + patterns + recall passes); ``systems`` (``stock``, ``patterns`` or any spec) are
+    fine-tuned model from ``cache_root``, default the user cache, + patterns + recall passes); ``systems`` (``stock``, ``patterns`` or any spec) are
     compared beside it. The metrics are those of :func:`run_eval_ner` without the Earnings-21 names, plus the
     file's counts (``sentences``, ``tokens``, ``gold_mentions`` per label).
     """
@@ -115,7 +117,7 @@ def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetu
     docs = data.parts[name]["test"]
     results: dict[str, Any] = {}
     for spec in dict.fromkeys([*systems, model]):
-        results[spec] = evaluate_detector(load_detector(spec), data, seed=seed, part="test")
+        results[spec] = evaluate_detector(load_detector(spec, cache_root=cache_root), data, seed=seed, part="test")
         if log is not None:
             r = results[spec]["asr"]["all"]
             log(f"{spec}: ASR-style PER recall {r['prf']['PER']['recall']:.4f}, leak rate "
