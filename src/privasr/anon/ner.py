@@ -48,7 +48,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from privasr.anon.spoken import spoken_identifiers
+from privasr.anon.spoken import SPELLED_DIGITS, spoken_identifiers
 from privasr.anon.transform import LABELS, EntitySpan, check_spans, map_label
 from privasr.errors import ConfigError, InputError
 
@@ -63,9 +63,6 @@ Sentence = Sequence[str]
 TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "miss", "mister", "missus", "doctor",
                     "professor", "prof", "prof.", "sir", "dame", "mx", "mx."})
 """Words after which the next word is taken as a person's name."""
-
-SPELLED_DIGITS = frozenset({"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"})
-"""Spoken digits, as ASR writes a phone number."""
 
 _EMAIL = re.compile(r"^[\w.+-]+@[\w-]+(\.[\w-]+)+$")
 _URL = re.compile(r"^((https?://|www\.)\S+|[\w-]+(\.[\w-]+)*\.(com|org|net|edu|gov|io|co\.uk)(/\S*)?)$", re.I)

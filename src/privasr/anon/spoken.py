@@ -37,13 +37,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["SpokenSpan", "spoken_identifiers", "KINDS"]
+__all__ = ["SpokenSpan", "spoken_identifiers", "KINDS", "SPELLED_DIGITS"]
 
 KINDS = {"email": "MISC", "url": "MISC", "digits": "MISC", "date": "MISC", "address": "LOC", "postcode": "MISC"}
 """Each kind of spoken identifier and the entity label its spans get."""
 
-DIGITS = {"zero": 1, "oh": 1, "one": 1, "two": 1, "three": 1, "four": 1, "five": 1, "six": 1, "seven": 1,
-          "eight": 1, "nine": 1}
+SPELLED_DIGITS = frozenset({"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"})
+"""The words a digit is read as, one by one."""
 TLDS = frozenset({"com", "org", "net", "edu", "gov", "io", "ai", "co", "uk", "us", "de", "fr", "info", "biz", "me",
                   "eu", "ca", "au", "in"})
 _LOCAL_JOINERS = frozenset({"dot", "underscore", "dash", "hyphen"})
@@ -152,7 +152,7 @@ def _urls(ws: Sequence[str]) -> list[SpokenSpan]:
 
 def _digit_value(w: str) -> int:
     """How many digits a token says (0 if it is not a digit token)."""
-    if w in DIGITS:
+    if w in SPELLED_DIGITS:
         return 1
     if w.isdigit() and len(w) <= 4:
         return len(w)
@@ -285,7 +285,7 @@ def _postcodes(ws: Sequence[str]) -> list[SpokenSpan]:
             if j < n and ws[j] == "is":
                 a = j = j + 1
             count = 0
-            while j < n and count < 8 and (ws[j] in _LETTERS or ws[j] in DIGITS or ws[j] in ("double", "triple")
+            while j < n and count < 8 and (ws[j] in _LETTERS or ws[j] in SPELLED_DIGITS or ws[j] in ("double", "triple")
                                            or (ws[j].isalnum() and len(ws[j]) <= 4 and any(c.isdigit()
                                                                                              for c in ws[j]))):
                 j += 1

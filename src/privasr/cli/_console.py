@@ -55,15 +55,16 @@ def _plain(cell: Any) -> str:
 def plain_lines(table: Any) -> list[str]:
     """A rich table as lines of one fact each: its title, then ``label: value`` for a two-column table and
     ``label column: value`` for a wider one (the first column labels the row); empty cells are left out."""
-    cols = table.columns
+    cols = [list(c.cells) for c in table.columns]
+    headers = [c.header for c in table.columns]
     lines = [_plain(table.title)] if table.title else []
     for i in range(table.row_count):
-        label = _plain(cols[0]._cells[i]) if cols else ""
-        for col in cols[1:]:
-            value = _plain(col._cells[i]) if i < len(col._cells) else ""
+        label = _plain(cols[0][i]) if cols else ""
+        for header, cells in zip(headers[1:], cols[1:], strict=True):
+            value = _plain(cells[i]) if i < len(cells) else ""
             if not value.strip():
                 continue
-            lines.append(f"{label}: {value}" if len(cols) == 2 else f"{label} {_plain(col.header)}: {value}")
+            lines.append(f"{label}: {value}" if len(cols) == 2 else f"{label} {_plain(header)}: {value}")
     return lines
 
 
