@@ -95,13 +95,14 @@ def test_the_finetuned_model_lives_in_the_user_cache(tmp_path: Path, monkeypatch
     import privasr.anon.ner_model as ner_model
 
     monkeypatch.setenv("PRIVASR_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(ner_model, "load_ner_data", lambda d, seed: "DATA")
+    monkeypatch.setattr(ner_model, "recipe_data", lambda d, root, seed: ("DATA", root))
     seen = {}
 
     def fake_cached(data, data_dir, cfg, root, seed, log):
-        seen["root"] = root
+        seen["root"], seen["data"] = root, data
         return root / "ner-x", {}, True
 
     monkeypatch.setattr(ner_model, "cached_model", fake_cached)
     assert ner_model.finetuned_model(tmp_path) == tmp_path / "cache" / "ner-x"
     assert seen["root"] == tmp_path / "cache"
+    assert seen["data"] == ("DATA", tmp_path / "cache")  # the recipe's templates come from the same cache

@@ -31,9 +31,10 @@ def test_eval_ner_on_one_held_out_file(tmp_path: Path) -> None:
     assert 0 <= m["per_leak_rate_asr_style"] <= 1 and set(m["leak_rate_by_label_asr_style"]) >= {"PER", "all"}
     report = (out / "report.md").read_text()
     assert report.startswith("# NER for anonymisation on held.conll") and "| patterns | asr | PER |" in report
-    r = CliRunner().invoke(app, ["eval-ner", "--data", str(f), "--out", str(tmp_path / "o3"), "--part", "dev"])
-    assert r.exit_code != 0 and "a file is evaluated whole" in str(r.exception)
-    assert not (tmp_path / "o3").exists()
+    for extra in (["--part", "dev"], ["--no-templates"]):
+        r = CliRunner().invoke(app, ["eval-ner", "--data", str(f), "--out", str(tmp_path / "o3"), *extra])
+        assert r.exit_code != 0 and "a file is evaluated whole" in str(r.exception)
+        assert not (tmp_path / "o3").exists()
     bad = tmp_path / "notes.txt"
     bad.write_text("{not json\n")
     r = CliRunner().invoke(app, ["eval-ner", "--data", str(bad), "--out", str(tmp_path / "o2"), "--model",
@@ -49,12 +50,25 @@ def test_eval_ner_cli_on_fabricated_data(tmp_path: Path) -> None:
     from privasr.cli.anon import app
 
     root = fabricate_ner_data(tmp_path / "data")
+    tpl = tmp_path / "cache" / "presidio-evaluator-0.3.2"  # the recipe's templates, as fetch-templates leaves them
+    tpl.mkdir(parents=True)
+    (tpl / "templates.txt").write_text("".join(f"Hello {{{{person}}}}, meet me in {{{{city}}}} at {k}\n"
+                                               for k in range(20)))
+    (tpl / "nationalities.csv").write_text("country,nationality,man,woman,plural\n")
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["eval-ner", "--data", str(root), "--out", str(out), "--model", "stock",
                                  "--no-compare", "--cache", str(tmp_path / "cache")])
     assert r.exit_code == 0, r.output
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
+    assert res["config"]["templates"] and "presidio-templates" in m["systems"]["stock"]["asr"]
+    assert "| stock | presidio-templates | 64 |" in (out / "report.md").read_text()  # 8 test templates x 8
+    r = CliRunner().invoke(app, ["eval-ner", "--data", str(root), "--out", str(tmp_path / "gold"), "--model",
+                                 "stock", "--no-compare", "--no-templates", "--cache", str(tmp_path / "none")])
+    assert r.exit_code == 0, r.output
+    gold_only = json.loads((tmp_path / "gold" / "results.json").read_text())["metrics"]
+    assert "presidio-templates" not in gold_only["systems"]["stock"]["asr"]
+    assert gold_only["leak_rate"] == m["leak_rate"]  # the gold figures do not pool the synthetic set
     assert res["seed"] == 0 and res["version"] and res["config"]["model"] == "stock"
     assert 0 <= m["per_recall_asr_style"] <= m["per_covered_recall_asr_style"] <= 1 and 0 <= m["leak_rate"] <= 1
     assert m["per_outcomes_asr_style"]["mentions"] == sum(m["per_outcomes_asr_style"][k] for k in

@@ -22,7 +22,7 @@ such as "Speaker 3" or "Operator" removed) are what :func:`~privasr.anon.ner_met
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from privasr.errors import ConfigError, InputError
 
 __all__ = ["Doc", "EARNINGS21_TO_LABEL", "SENTENCE_END", "DATA_VERSION", "NerData", "wikigold_docs",
            "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names", "file_ner_data", "presidio_docs",
-           "PRESIDIO_TO_LABEL"]
+           "PRESIDIO_TO_LABEL", "TEMPLATES_SET", "TEMPLATE_FILLS", "TEMPLATE_SPLIT", "seen_templates"]
 
 Doc = tuple[tuple[str, ...], list[EntitySpan]]
 """One training or evaluation sentence: its tokens and gold spans."""
@@ -46,7 +46,7 @@ EARNINGS21_TO_LABEL: Mapping[str, str] = {
 """Earnings-21 entity types -> paper 003's categories (every other type is not an entity)."""
 
 SENTENCE_END = frozenset({".", "?", "!", "…"})
-DATA_VERSION = 1
+DATA_VERSION = 3
 """Bumped when the data preparation changes (part of the fine-tuned model's cache key)."""
 
 
@@ -126,19 +126,40 @@ def split_ids(ids: Iterable[str], seed: int, *, n_test: int, n_dev: int) -> dict
 
 @dataclass
 class NerData:
-    """Cased sentences per data set and part (``train``/``dev``/``test``), with the ids behind them."""
+    """Cased sentences per data set and part (``train``/``dev``/``test``), with the ids behind them.
+
+    ``synthetic`` names the sets that are generated (the filled templates): reported on their own, never pooled
+    into an evaluation's ``all`` (:func:`~privasr.anon.ner_metrics.evaluate_detector`)."""
 
     parts: dict[str, dict[str, list[Doc]]]
     clients: dict[str, dict[str, list[str]]]
     ids: dict[str, dict[str, list[str]]]
     files: dict[str, Path]
+    synthetic: frozenset[str] = frozenset()
+    left_out: str = ""
+    """What was left out of a held-out file and why (:func:`file_ner_data`; empty when nothing was)."""
 
 
-def load_ner_data(data: str | Path, seed: int = 0) -> NerData:
-    """Wikigold (5 document folds: test fold 0, dev fold 1) and Earnings-21 (10 test, 4 dev calls) splits.
+TEMPLATES_SET = "presidio-templates"
+"""The name of the filled-template set in :class:`NerData` (:mod:`privasr.anon.ner_templates`)."""
+
+TEMPLATE_FILLS = 8
+"""Sentences filled from each template (8 x 210 templates: 1,680 sentences, about 840 of them training)."""
+
+TEMPLATE_SPLIT = (0.4, 0.1)
+"""Fractions of the templates held out as test and dev (the rest train): whole templates, so a test sentence
+never shares its wording with a training one."""
+
+
+def load_ner_data(data: str | Path, seed: int = 0, templates: str | Path | None = None) -> NerData:
+    """Wikigold (5 document folds: test fold 0, dev fold 1) and Earnings-21 (10 test, 4 dev calls) splits; with
+    ``templates`` (the folder of :func:`~privasr.anon.ner_templates.presidio_templates`), also
+    :data:`TEMPLATES_SET`: presidio-evaluator's templates split whole with the seed (:data:`TEMPLATE_SPLIT`),
+    each filled :data:`TEMPLATE_FILLS` times (:func:`~privasr.anon.ner_templates.fill_templates`; a template is
+    a document).
 
     Raises:
-        ConfigError: a data file is missing (naming it).
+        ConfigError: a data file is missing (naming it); InputError: a malformed templates file.
     """
     d = Path(data)
     files = {"wikigold": d / "ner-wikigold" / "wikigold.conll.txt",
@@ -151,6 +172,17 @@ def load_ner_data(data: str | Path, seed: int = 0) -> NerData:
     fold = max(1, round(n / 5))
     ids = {"wikigold": split_ids(by_set["wikigold"], seed, n_test=fold, n_dev=fold),
            "earnings21": split_ids(by_set["earnings21"], seed, n_test=10, n_dev=4)}
+    synthetic: frozenset[str] = frozenset()
+    if templates is not None:
+        from privasr.anon.ner_templates import fill_templates, read_templates
+
+        files[TEMPLATES_SET] = Path(templates) / "templates.txt"
+        texts = read_templates(files[TEMPLATES_SET])
+        keep = [i for i, t in enumerate(texts) if t.strip()]
+        ids[TEMPLATES_SET] = _template_ids(texts, seed)
+        by_set[TEMPLATES_SET] = fill_templates(texts, keep, TEMPLATE_FILLS, seed,
+                                               Path(templates) / "nationalities.csv")
+        synthetic = frozenset({TEMPLATES_SET})
     parts: dict[str, dict[str, list[Doc]]] = {}
     clients: dict[str, dict[str, list[str]]] = {}
     for name, docs in by_set.items():
@@ -158,7 +190,24 @@ def load_ner_data(data: str | Path, seed: int = 0) -> NerData:
         for part, keys in ids[name].items():
             parts[name][part] = [x for k in keys for x in docs[k]]
             clients[name][part] = [k for k in keys for _ in docs[k]]
-    return NerData(parts, clients, ids, files)
+    return NerData(parts, clients, ids, files, synthetic)
+
+
+def seen_templates(folder: str | Path, seed: int = 0) -> tuple[frozenset[int], list[str]]:
+    """The template numbers of the train and dev parts :func:`load_ner_data` makes from the templates in
+    ``folder`` with ``seed`` (those the fine-tuned model has seen), and the templates."""
+    from privasr.anon.ner_templates import read_templates
+
+    texts = read_templates(Path(folder) / "templates.txt")
+    ids = _template_ids(texts, seed)
+    return frozenset(int(k[1:]) for part in ("train", "dev") for k in ids[part]), texts
+
+
+def _template_ids(texts: Sequence[str], seed: int) -> dict[str, list[str]]:
+    keep = [i for i, t in enumerate(texts) if t.strip()]
+    n_t = len(keep)
+    return split_ids([f"t{i}" for i in keep], seed, n_test=round(TEMPLATE_SPLIT[0] * n_t),
+                     n_dev=max(1, round(TEMPLATE_SPLIT[1] * n_t)))
 
 
 PRESIDIO_TO_LABEL: Mapping[str, str] = {
@@ -172,11 +221,19 @@ PRESIDIO_TO_LABEL: Mapping[str, str] = {
 _TOKEN = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
 
 
-def presidio_docs(path: str | Path) -> list[Doc]:
+def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Sequence[str]] | None = None
+                  ) -> tuple[list[Doc], str]:
     """presidio-evaluator's synthetic PII sentences (a JSON list of ``{"full_text", "spans": [{"entity_type",
     "start_position", "end_position"}]}``, e.g. ``data/synth_dataset_v2.json`` of the ``presidio-evaluator``
     source package) as tokenised sentences (words, contractions and hyphenated words whole, punctuation
-    apart) with token spans (every token a span's characters touch; :data:`PRESIDIO_TO_LABEL`).
+    apart) with token spans (every token a span's characters touch; :data:`PRESIDIO_TO_LABEL`), and what was left
+    out.
+
+    ``seen_templates`` (template numbers a model trained on, and the templates file's lines: presidio-evaluator's
+    ``template_id`` counts them): records of those templates are left out, so that the rest is held out from
+    that model. The numbers are trusted only when most records' ``masked`` text matches the template of their
+    ``template_id`` (:func:`~privasr.anon.ner_templates.template_key`); otherwise nothing is left out and the
+    returned note says the file may share templates with the training text.
 
     Raises:
         InputError: not such a list, naming the record and what it lacks.
@@ -192,12 +249,16 @@ def presidio_docs(path: str | Path) -> list[Doc]:
         raise InputError(f"cannot read it as JSON: {e}", path=p) from None
     if not isinstance(data, list):
         raise InputError("not a JSON list", path=p, expected='[{"full_text": ..., "spans": [...]}, ...]')
-    out: list[Doc] = []
     for k, rec in enumerate(data):
         if not (isinstance(rec, dict) and isinstance(rec.get("full_text"), str) and isinstance(rec.get("spans"),
                                                                                                 list)):
             raise InputError(f"record {k} has no 'full_text' string and 'spans' list", path=p,
                              expected="presidio-evaluator's synthetic data records")
+    drop, note = _seen(data, seen_templates)
+    out: list[Doc] = []
+    for k, rec in enumerate(data):
+        if k in drop:
+            continue
         text = rec["full_text"]
         toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
         spans = []
@@ -213,7 +274,25 @@ def presidio_docs(path: str | Path) -> list[Doc]:
                 spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
         if toks:
             out.append((tuple(t for _, _, t in toks), resolve_overlaps(spans)))
-    return out
+    return out, note
+
+
+def _seen(data: list[dict], seen_templates: tuple[Collection[int], Sequence[str]] | None) -> tuple[set[int], str]:
+    """The records of templates a model has seen, and a note on what was left out (or why nothing was)."""
+    from privasr.anon.ner_templates import template_key
+
+    if seen_templates is None:
+        return set(), ""
+    ids, lines = set(seen_templates[0]), seen_templates[1]
+    tid = [r.get("template_id") if type(r.get("template_id")) is int else None for r in data]
+    with_id = [(k, t) for k, t in enumerate(tid) if t is not None and 0 <= t < len(lines)]
+    agree = sum(template_key(str(data[k].get("masked", ""))) == template_key(lines[t]) for k, t in with_id)
+    if not with_id or agree < 0.5 * len(data):
+        return set(), (f"not known to be held out: {agree} of {len(data)} records match the template of their "
+                       "template_id, so their templates cannot be told apart from the training templates")
+    drop = {k for k, t in with_id if t in ids}
+    return drop, (f"{len(drop)} of {len(data)} records left out: their templates ({len(ids)} of {len(lines)}) "
+                  "are among the fine-tuned NER's training and dev templates")
 
 
 def _is_presidio(p: Path) -> bool:
@@ -226,11 +305,13 @@ def _is_presidio(p: Path) -> bool:
     return head.lstrip().startswith("[") and '"full_text"' in head and '"spans"' in head
 
 
-def file_ner_data(path: str | Path, fmt: str | None = None) -> NerData:
+def file_ner_data(path: str | Path, fmt: str | None = None, *,
+                  seen_templates: tuple[Collection[int], Sequence[str]] | None = None) -> NerData:
     """Any annotated file privasr reads (CoNLL in IOB1 or IOB2, Earnings-21 ``.nlp`` references, canonical
     transcript JSON Lines with ``entities``, presidio-evaluator's synthetic JSON: :func:`presidio_docs`) as one
     held-out ``test`` part named after the file, each document
-    (a CoNLL ``-DOCSTART-`` section, a call, a ``client``) one client. Labels are mapped to paper 003's
+    (a CoNLL ``-DOCSTART-`` section, a call, a ``client``) one client (``seen_templates``: see
+    :func:`presidio_docs`; its note is ``left_out``). Labels are mapped to paper 003's
     categories (CoNLL's PER/ORG/LOC/MISC kept, OntoNotes' PERSON, GPE, ... mapped by
     :func:`~privasr.anon.transform.map_label`; numeric types dropped).
 
@@ -244,8 +325,9 @@ def file_ner_data(path: str | Path, fmt: str | None = None) -> NerData:
     docs: list[Doc] = []
     clients: list[str] = []
     seen: set[str] = set()
+    note = ""
     if p.is_file() and _is_presidio(p):
-        docs = presidio_docs(p)
+        docs, note = presidio_docs(p, seen_templates)
         clients = [f"s{k:05d}" for k in range(len(docs))]  # unrelated synthetic sentences: each its own document
         recs = []
     else:
@@ -269,7 +351,7 @@ def file_ner_data(path: str | Path, fmt: str | None = None) -> NerData:
                          expected="PER/ORG/LOC/MISC or OntoNotes labels (PERSON, ORG, GPE, ...)")
     name = p.name
     return NerData({name: {"test": docs}}, {name: {"test": clients}}, {name: {"test": sorted(set(clients))}},
-                   {name: p})
+                   {name: p}, left_out=note)
 
 
 _PLACEHOLDER = re.compile(r"^(speaker|operator|unknown|unidentified|moderator|participant|analyst|host)\b|\bhost$",

@@ -2,8 +2,9 @@
 detectors from a spec.
 
 :func:`train_ner` fine-tunes spaCy's NER on PER/ORG/LOC/MISC (:class:`NerTrainConfig`). The project's model
-(:func:`finetuned_model`) is the default config trained on the train parts of Wikigold and Earnings-21
-(:mod:`privasr.anon.ner_data`) and cached by its config, split seed and data (:func:`cached_model`), with the
+(:func:`finetuned_model`) is the default config trained on the train parts of Wikigold, Earnings-21
+(:mod:`privasr.anon.ner_data`) and presidio-evaluator's filled templates (:mod:`privasr.anon.ner_templates`;
+:func:`recipe_data`) and cached by its config, split seed and data (:func:`cached_model`), with the
 common words and the truecaser its recall passes use. :func:`load_detector` builds any detector of
 :mod:`privasr.anon.ner` from a spec (``"stock"``, ``"patterns"``, ``"finetuned"``, a trained model folder),
 as the anonymiser, the command line and the experiments ask for one.
@@ -41,7 +42,7 @@ from privasr.anon.transform import LABELS, EntitySpan, check_spans
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["NerTrainConfig", "train_ner", "gutenberg_cased_sentences", "cached_model", "finetuned_model",
-           "user_cache_dir", "CACHE_ENV", "FINETUNE_TIME",
+           "user_cache_dir", "CACHE_ENV", "FINETUNE_TIME", "recipe_data",
            "load_detector"]
 
 
@@ -308,10 +309,16 @@ def gutenberg_cased_sentences(data: Path) -> list[tuple[str, ...]]:
         return []
 
 
+def _gold_train_words(data: NerData) -> list[tuple[str, ...]]:
+    """The cased training sentences of the gold sets (not the synthetic ones, whose Faker names would count as
+    common words)."""
+    return [w for name in data.parts if name not in data.synthetic for w, _ in data.parts[name]["train"]]
+
+
 def _write_truecaser(folder: Path, data: NerData, data_dir: Path,
                      cased: list[tuple[str, ...]] | None = None) -> None:
     if cased is None:
-        cased = gutenberg_cased_sentences(data_dir) + [w for name in data.parts for w, _ in data.parts[name]["train"]]
+        cased = gutenberg_cased_sentences(data_dir) + _gold_train_words(data)
     tc = Truecaser.fit(cased)
     tmp = folder / "truecase.json.tmp"
     tmp.write_text(json.dumps(tc.to_json()) + "\n", encoding="utf-8")
@@ -324,7 +331,7 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
     config, the split seed, the data files' hashes, :data:`DATA_VERSION`), trained first when absent.
     Training uses every train sentence cased and ASR-style; the dev parts (both forms) pick the epoch.
     The folder also holds ``common-words.json``: :func:`~privasr.anon.ner.common_words` of the Gutenberg books
-    (when present) and the cased training sentences, and ``truecase.json``: a
+    (when present) and the cased training sentences of the gold (not synthetic) sets, and ``truecase.json``: a
     :class:`~privasr.anon.ner.Truecaser` fitted on the same text (added to a cached folder that lacks it).
     Returns (folder, its privasr-ner.json, trained now)."""
     from privasr.results import fingerprint
@@ -344,7 +351,7 @@ def cached_model(data: NerData, data_dir: Path, cfg: NerTrainConfig, cache_root:
     tmp = folder.with_name(folder.name + ".tmp")
     progress.note(f"training the fine-tuned NER once ({FINETUNE_TIME}); it is then cached in {folder}")
     info = train_ner(train, dev, tmp, cfg, extra={"split_seed": split_seed, "data": fps, "key": key}, log=log)
-    cased = gutenberg_cased_sentences(data_dir) + [w for name in data.parts for w, _ in data.parts[name]["train"]]
+    cased = gutenberg_cased_sentences(data_dir) + _gold_train_words(data)
     common = sorted(common_words(cased))
     (tmp / "common-words.json").write_text(json.dumps(common) + "\n", encoding="utf-8")
     _write_truecaser(tmp, data, data_dir, cased)
@@ -383,7 +390,8 @@ def user_cache_dir() -> Path:
 def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path | None = None, *, seed: int = 0,
                     log: Any = None) -> Path:
     """The folder of the project's fine-tuned NER (the default :class:`NerTrainConfig` on the
-    ``seed`` split of ``data_dir``'s Wikigold and Earnings-21 training parts, :func:`cached_model`): taken from
+    ``seed`` split of ``data_dir``'s Wikigold and Earnings-21 training parts and presidio-evaluator's filled
+    templates, :func:`recipe_data`, :func:`cached_model`): taken from
     ``cache_root`` (default :func:`user_cache_dir`) when present, trained there first otherwise
     (:data:`FINETUNE_TIME`, with a progress bar). This is what the detector spec ``"finetuned"`` of
     :func:`load_detector` loads.
@@ -399,8 +407,22 @@ def finetuned_model(data_dir: str | Path | None = None, cache_root: str | Path |
                           expected="$PRIVASR_DATA or ../shared/data with ner-wikigold and earnings21, a trained model "
                                    "folder, or the weaker stock detector (`--detector stock`)")
     root = Path(cache_root) if cache_root is not None else user_cache_dir()
-    folder, _, _ = cached_model(load_ner_data(d, seed), d, NerTrainConfig(seed=seed), root, seed, log)
+    folder, _, _ = cached_model(recipe_data(d, root, seed), d, NerTrainConfig(seed=seed), root, seed, log)
     return folder
+
+
+def recipe_data(data_dir: str | Path, cache_root: str | Path, seed: int = 0, *, templates: bool = True) -> NerData:
+    """The fine-tuned model's training data: the ``seed`` splits of Wikigold and Earnings-21 in ``data_dir`` and
+    (``templates``, the default recipe) presidio-evaluator's filled templates, taken from ``cache_root`` or
+    fetched there first (:func:`~privasr.anon.ner_templates.presidio_templates`).
+
+    Raises:
+        ConfigError: the data is missing, or the templates are neither cached nor downloadable.
+    """
+    from privasr.anon.ner_templates import presidio_templates
+
+    folder = presidio_templates(cache_root) if templates else None
+    return load_ner_data(data_dir, seed, templates=folder)
 
 
 # ----------------------------------------------------------------------------------------------- loading

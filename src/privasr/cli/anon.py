@@ -18,7 +18,7 @@ import typer
 from privasr.cli._console import make_console
 from privasr.errors import ConfigError
 
-__all__ = ["app", "eval_ner", "train_ner_cmd"]
+__all__ = ["app", "eval_ner", "train_ner_cmd", "fetch_templates"]
 
 app = typer.Typer(help="Anonymisation (paper 003): evaluate and fine-tune the named-entity detection, and train "
                        "language models on anonymised transcripts (run).",
@@ -67,6 +67,9 @@ def eval_ner(
                                                     "or dev (for choosing settings)."),
     compare: bool = typer.Option(True, "--compare/--no-compare",
                                  help="Also evaluate stock, stock+patterns, patterns and finetuned alone."),
+    templates: bool = typer.Option(True, "--templates/--no-templates",
+                                   help="Train (and score apart) with presidio-evaluator's filled templates, as the "
+                                        "default fine-tuned model does; --no-templates: the gold sets only."),
 ) -> None:
     """Evaluate NER (P/R/F1 per label, cased and ASR-style) and the leaks of surrogate anonymisation."""
     from privasr.experiments.ner_eval import run_eval_ner, run_eval_ner_file
@@ -74,8 +77,9 @@ def eval_ner(
 
     console = make_console(stderr=True)
     if data is not None and data.is_file():
-        if part != "test" or epochs is not None or name_augment is not None:
-            raise ConfigError("--part, --epochs and --name-augment apply to a data folder's splits and training",
+        if part != "test" or epochs is not None or name_augment is not None or not templates:
+            raise ConfigError("--part, --epochs, --name-augment and --no-templates apply to a data folder's splits "
+                              "and training",
                               path=data, expected="a file is evaluated whole, with an already trained model")
         check_output_dir(out)
         with output_dir(out):
@@ -91,7 +95,8 @@ def eval_ner(
     systems = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns") if compare else ()
     m = run_eval_ner(_data(data), out, model=model, seed=seed, train_config=cfg,  # type: ignore[arg-type]
                      cache_root=cache if cache is not None else Path("runs/cache"),
-                     systems=systems, log=lambda s: console.print(s, highlight=False), part=part)
+                     systems=systems, log=lambda s: console.print(s, highlight=False), part=part,
+                     templates=templates)
     make_console().print(f"PER recall (ASR-style) {m['per_recall_asr_style']:.4f}; leak rate {m['leak_rate']:.4f}; "
                     f"Earnings-21 names leaked {m['earnings21_names_leaked']}")
     make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
@@ -128,14 +133,17 @@ def train_ner_cmd(
     epochs: int = typer.Option(None, "--epochs", help="Most training epochs."),
     name_augment: float = typer.Option(None, "--name-augment", help="Faker-name augmentation fraction."),
     cache: Path = typer.Option(Path("runs/cache"), "--cache", help="Where fine-tuned models are cached."),
+    templates: bool = typer.Option(True, "--templates/--no-templates",
+                                   help="Also train on presidio-evaluator's filled templates (the default recipe)."),
 ) -> None:
-    """Fine-tune the NER on the Wikigold and Earnings-21 training split (cased and ASR-style) into --out."""
-    from privasr.anon.ner_data import load_ner_data
-    from privasr.anon.ner_model import cached_model
+    """Fine-tune the NER on the Wikigold and Earnings-21 training split and presidio-evaluator's filled templates
+    (cased and ASR-style) into --out."""
+    from privasr.anon.ner_model import cached_model, recipe_data
 
     d = _data(data)
     console = make_console(stderr=True)
-    folder, info, _ = cached_model(load_ner_data(d, seed), d, _train_config(seed, epochs, name_augment),  # type: ignore[arg-type]
+    folder, info, _ = cached_model(recipe_data(d, cache, seed, templates=templates), d,
+                                   _train_config(seed, epochs, name_augment),  # type: ignore[arg-type]
                                    cache, seed, log=lambda s: console.print(s, highlight=False))
     if out.resolve() != folder.resolve():
         if out.exists():
@@ -147,6 +155,22 @@ def train_ner_cmd(
     make_console().print(f"best epoch {info['best_epoch']}, dev micro F1 {info['dev_micro_f1']:.4f}, "
                     f"{info['train_seconds']:.0f} s -> {out}")
     make_console().print_json(json.dumps({k: info[k] for k in ("best_epoch", "epochs_run", "dev_micro_f1")}))
+
+
+@app.command("fetch-templates")
+def fetch_templates(
+    cache: Path = typer.Option(None, "--cache", help="Cache folder (default: the user cache ~/.cache/privasr, "
+                                                     "or $PRIVASR_CACHE)."),
+    wheel: Path = typer.Option(None, "--wheel", help="presidio-evaluator's wheel, for a machine without PyPI "
+                                                     "(its SHA-256 is checked)."),
+) -> None:
+    """Put presidio-evaluator's sentence templates (MIT) in the cache: the fine-tuned NER trains on them."""
+    from privasr.anon.ner_model import user_cache_dir
+    from privasr.anon.ner_templates import presidio_templates, read_templates
+
+    folder = presidio_templates(cache if cache is not None else user_cache_dir(), wheel)
+    n = len(read_templates(folder / "templates.txt"))
+    make_console().print(f"{n} templates in {folder}")
 
 
 def _register_run() -> None:

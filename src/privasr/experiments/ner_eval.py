@@ -31,10 +31,16 @@ from privasr.anon.ner_data import (
     NerData,
     clean_speaker_names,
     earnings21_docs,
-    load_ner_data,
 )
 from privasr.anon.ner_metrics import LEAK_LABELS, MENTION_OUTCOMES, evaluate_detector, names_leaked
-from privasr.anon.ner_model import NerTrainConfig, cached_model, gutenberg_cased_sentences, load_detector
+from privasr.anon.ner_model import (
+    NerTrainConfig,
+    cached_model,
+    gutenberg_cased_sentences,
+    load_detector,
+    recipe_data,
+    user_cache_dir,
+)
 from privasr.anon.transform import LABELS, Anonymizer
 from privasr.errors import ConfigError
 
@@ -45,8 +51,12 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
                  train_config: NerTrainConfig | None = None, cache_root: str | Path = "runs/cache",
                  systems: Sequence[str] = ("stock", "stock+patterns", "patterns", "finetuned", "finetuned+patterns",
                                            "finetuned+recall"),
-                 log: Any = None, part: str = "test") -> dict[str, Any]:
+                 log: Any = None, part: str = "test", templates: bool = True) -> dict[str, Any]:
     """Evaluate, write ``out/results.json`` and ``out/report.md``; return the metrics.
+
+    The data is the fine-tuned recipe's (:func:`~privasr.anon.ner_model.recipe_data`): with ``templates`` (the
+    default) presidio-evaluator's filled templates too, which the fine-tuned model trains on and which are
+    scored as their own set (``presidio-templates``, never pooled into ``all``).
 
     ``part``: ``"test"`` (the reported figures) or ``"dev"`` (where settings are chosen); the names-leaked
     counts always cover all 44 Earnings-21 calls.
@@ -65,7 +75,7 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
 
     data_dir = Path(data_dir)
     cfg = train_config or NerTrainConfig(seed=seed)
-    data = load_ner_data(data_dir, seed)
+    data = recipe_data(data_dir, cache_root, seed, templates=templates)
     names_file = data_dir / "earnings21" / "speaker-metadata.csv"
     if not names_file.is_file():
         raise ConfigError("speaker metadata not found", path=names_file, expected="earnings21/speaker-metadata.csv")
@@ -87,6 +97,7 @@ def run_eval_ner(data_dir: str | Path, out: str | Path, *, model: str = "finetun
     metrics = _metrics(results[primary_name], name_res[primary_name], primary_name, info, trained, folder)
     metrics.update(systems=results, names=name_res)
     config = {"model": model, "part": part, "systems": list(systems), "train": asdict(cfg), "split_seed": seed,
+              "templates": templates,
               "splits": data.ids, "earnings21_label_map": dict(EARNINGS21_TO_LABEL), "leak_labels": list(LEAK_LABELS),
               "common_words": len(common), "gazetteer_names": len(patterns.gazetteer)}
     out = Path(out)
@@ -112,12 +123,13 @@ def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetu
     from privasr.anon.ner_data import file_ner_data
     from privasr.results import write_results
 
-    data = file_ner_data(path)
+    detectors = {spec: load_detector(spec, cache_root=cache_root) for spec in dict.fromkeys([*systems, model])}
+    data = file_ner_data(path, seen_templates=_seen_templates(cache_root, seed))
     name = next(iter(data.parts))
     docs = data.parts[name]["test"]
     results: dict[str, Any] = {}
-    for spec in dict.fromkeys([*systems, model]):
-        results[spec] = evaluate_detector(load_detector(spec, cache_root=cache_root), data, seed=seed, part="test")
+    for spec, detector in detectors.items():
+        results[spec] = evaluate_detector(detector, data, seed=seed, part="test")
         if log is not None:
             r = results[spec]["asr"]["all"]
             log(f"{spec}: ASR-style PER recall {r['prf']['PER']['recall']:.4f}, leak rate "
@@ -127,7 +139,8 @@ def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetu
     for _, spans in docs:
         for sp in spans:
             gold[sp.label] += 1
-    metrics.update(systems=results, sentences=len(docs), tokens=sum(len(w) for w, _ in docs), gold_mentions=gold)
+    metrics.update(systems=results, sentences=len(docs), tokens=sum(len(w) for w, _ in docs), gold_mentions=gold,
+                   left_out=data.left_out)
     out = Path(out)
     write_results(out, runner="ner-eval", config={"data": str(path), "model": model, "systems": list(systems),
                                                   "held_out": True, "leak_labels": list(LEAK_LABELS)},
@@ -135,6 +148,19 @@ def run_eval_ner_file(path: str | Path, out: str | Path, *, model: str = "finetu
     (out / "report.md").write_text(report(metrics, title=f"NER for anonymisation on {Path(path).name} (held out, "
                                                          "exact spans)"), encoding="utf-8")
     return metrics
+
+
+def _seen_templates(cache_root: str | Path | None, seed: int) -> tuple[frozenset[int], list[str]] | None:
+    """The fine-tuned recipe's training and dev templates (:func:`~privasr.anon.ner_data.seen_templates`) when
+    they are in the cache, else None."""
+    from privasr.anon.ner_data import seen_templates
+    from privasr.anon.ner_templates import presidio_templates
+
+    try:
+        folder = presidio_templates(cache_root if cache_root is not None else user_cache_dir(), download=False)
+    except ConfigError:
+        return None
+    return seen_templates(folder, seed)
 
 
 def _common_words(folder: Path | None, model: str, data_dir: Path) -> list[str]:
@@ -266,6 +292,19 @@ def report(metrics: Mapping[str, Any], title: str = "NER for anonymisation (held
     for s, r in metrics["systems"].items():
         for style in ("cased", "asr"):
             lines.append(f"| {s} | {style} | {r[style]['all'].get('tagged_fraction', 0.0):.4f} |")
+    sets = [k for r in metrics["systems"].values() for k in r["asr"] if k != "all"]
+    if len(dict.fromkeys(sets)) > 1:
+        lines += ["", "Each data set apart, ASR-style (`all` above pools the human-annotated ones; a synthetic set such "
+                  "as presidio-templates is scored only here):", "",
+                  "| system | data set | sentences | PER P | PER R | leak (PER/ORG/LOC) |", "|---|---|---:|---|---|---|"]
+        for s, r in metrics["systems"].items():
+            for name in dict.fromkeys(sets):
+                a = r["asr"].get(name)
+                if a is not None:
+                    lines.append(f"| {s} | {name} | {a['sentences']:,} | {a['prf']['PER']['precision']:.3f} | "
+                                 f"{a['prf']['PER']['recall']:.3f} | {a['leak']['all']['leak_rate']:.3f} |")
+    if metrics.get("left_out"):
+        lines += ["", f"Held out: {metrics['left_out']}."]
     per_leak = metrics.get("per_leak_rate_asr_style")
     last = (f"primary system: {metrics['primary_system']}; PER recall (ASR-style) "
             f"{metrics['per_recall_asr_style']:.4f} (token recall {metrics['per_token_recall_asr_style']:.4f}, "
