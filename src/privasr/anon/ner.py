@@ -974,7 +974,8 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
       "rushing"; not a stop word, a title or a non-alphabetic token); and the 1-3 name words right before a
       trailing title (:data:`TRAILING_TITLES`, "jj bistricer chief operating officer") become PER when one of
       them is not a common word;
-    * ``shapes``: a PER span takes in initials before it, a first name before it and a last name after it
+    * ``shapes``: a PER span the model ran on into a verb form loses it ("tomas varnholt chaired"); a PER span
+      takes in initials before it, a first name before it and a last name after it
       (``first_names`` and ``last_names``, default Faker's lists of every locale, :func:`faker_name_parts`;
       common words included, stop words and inflected words never), and name particles (:data:`PARTICLES`)
       with the word after them.
@@ -1015,6 +1016,8 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
                                    common=common)
             out.append(cur)
             continue
+        if shapes:
+            cur = _trim_verbs(low, cur, names)
         if relabel:
             cur = _relabel(low, cur, names)
         if extend:
@@ -1028,6 +1031,19 @@ def refine_persons(sentences: Sequence[Sentence], spans: Sequence[Sequence[Entit
         if merge:
             cur = _merge_persons(cur)
         out.append(cur)
+    return out
+
+
+def _trim_verbs(low: Sequence[str], cur: list[EntitySpan], names: frozenset[str]) -> list[EntitySpan]:
+    """:func:`refine_persons`' ``shapes`` rule for the model's own PER spans: a verb form that ends a span of
+    two words or more (:func:`inflected_word`, not a gazetteer name: "tomas varnholt chaired") is not part of
+    the name."""
+    out = []
+    for s in cur:
+        e = s.end
+        while s.label == "PER" and e - s.start >= 2 and low[e - 1] not in names and inflected_word(low[e - 1]):
+            e -= 1
+        out.append(EntitySpan(s.start, e, s.label))
     return out
 
 

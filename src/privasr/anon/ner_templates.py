@@ -113,10 +113,8 @@ def template_key(text: str) -> str:
 
 
 def _fakers(seed: int) -> tuple[Any, Any]:
-    try:
-        from faker import Faker
-    except ImportError:
-        raise ConfigError("the template sentences need Faker", expected="pip install 'privasr[anon]'") from None
+    from faker import Faker  # a core dependency
+
     names, places = Faker(list(NAME_LOCALES)), Faker(["en_US", "en_GB"])
     names.seed_instance(seed)
     places.seed_instance(seed + 1)
@@ -189,7 +187,7 @@ def fill_templates(templates: Sequence[str], ids: Sequence[int], per_template: i
     ('PER', ('My', 'name', 'is'))
 
     Raises:
-        ConfigError: Faker missing, or ``per_template`` < 1.
+        ConfigError: ``per_template`` < 1.
     """
     if isinstance(per_template, bool) or not isinstance(per_template, int) or per_template < 1:
         raise ConfigError(f"per_template={per_template!r}", expected="a positive integer")
