@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,federated,asr,ner,plots,onnx
+EXTRAS ?= dev,federated,asr,ner,plots,onnx,whisper
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
 .PHONY: setup demo test test-all bench lint clean

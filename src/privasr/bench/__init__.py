@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "ftl": "privasr.bench.ftl:run",
     "ner": "privasr.bench.ner:run",
     "tts-nbest": "privasr.bench.tts_nbest:run",
+    "decode": "privasr.bench.decode:run",
     "device": "privasr.bench.device:run",
     "deployment": "privasr.bench.deployment:run",
 }

