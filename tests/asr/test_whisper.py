@@ -115,3 +115,31 @@ def test_decode_engine_whisper_writes_nbest_and_results(speech: Path, tmp_path: 
     assert bad.exit_code != 0 and "--hmm: for --engine pocketsphinx" in str(bad.exception)
     bad = CliRunner().invoke(app, ["decode", "--engine", "kaldi", str(speech), "--out", str(out)])
     assert bad.exit_code != 0 and "pocketsphinx or whisper" in str(bad.exception)
+
+
+def test_a_whisper_testbed_builds_resumes_and_refuses_pocketsphinx_options(tmp_path: Path) -> None:
+    if shutil.which("espeak-ng") is None or shutil.which("sox") is None:
+        pytest.skip("espeak-ng and sox are not installed")
+    from typer.testing import CliRunner
+
+    from privasr.cli import app
+
+    text = tmp_path / "text"
+    text.write_text("m1_a_1 we're going to need a bigger button\nm1_b_2 we should discuss the remote control\n")
+    out = tmp_path / "tb"
+    args = ["data", "tts-nbest", str(text), "--out", str(out), "--engine", "whisper", "--jobs", "1", "--nbest", "4",
+            "--beam", "4"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    recs = [json.loads(line) for line in (out / "nbest.jsonl").read_text().splitlines()]
+    assert recs[0]["ref"] == "we are going to need a bigger button"  # normalised as the hypotheses are
+    assert all(rec["meta"]["engine"] == "whisper" and "am" in rec["hyps"][0]["scores"] for rec in recs)
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["engine"] == "whisper" and res["metrics"]["utterances"] == 2
+    first = (out / "nbest.jsonl").read_bytes()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and (out / "nbest.jsonl").read_bytes() == first  # resumed from the cache
+    assert json.loads((out / "results.json").read_text())["metrics"]["resumed"] == 2
+    bad = CliRunner().invoke(app, ["data", "tts-nbest", str(text), "--out", str(tmp_path / "other"), "--engine",
+                                   "whisper", "--lm", str(text)])
+    assert bad.exit_code != 0 and "--lm: for --engine pocketsphinx" in str(bad.exception) + bad.output

