@@ -178,3 +178,22 @@ def test_cli_output_is_a_file(test_data, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "not a folder" in r.stderr
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_an_nbest_set_s_references_and_speakers_are_spoken_again(tmp_path):
+    from privasr.cli.data_tts import load_eval_transcripts
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+    from privasr.corpus.records import Hypothesis, NBest
+
+    nb = tmp_path / "set.jsonl"
+    write_nbest(nb, [NBest("m1_a_0", (Hypothesis(("hi",)),), client="m1", speaker="m1_a", order=0, ref=("hi", "there")),
+                     NBest("m1_b_1", (Hypothesis(("yes",)),), client="m1", speaker="m1_b", order=1, ref=("yes",))])
+    recs = load_eval_transcripts(nb, fmt=None, clients=None, normalize=None, min_words=1, max_words=None,
+                                 limit=None, dictionary=None)
+    assert [(t.utt_id, t.words, t.client, t.speaker, t.order) for t in recs] == [
+        ("m1_a_0", ("hi", "there"), "m1", "m1_a", 0), ("m1_b_1", ("yes",), "m1", "m1_b", 1)]
+    assert TtsSettings().voice_of("m1_a") == TtsSettings().voice_of(recs[0].speaker)  # the same voice again
+    write_nbest(nb, [NBest("u", (Hypothesis(("hi",)),))])
+    with pytest.raises(InputError, match="1 N-best records have no reference"):
+        load_eval_transcripts(nb, fmt=None, clients=None, normalize=None, min_words=1, max_words=None, limit=None,
+                              dictionary=None)

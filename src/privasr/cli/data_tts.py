@@ -25,11 +25,25 @@ err = make_console(stderr=True)
 def load_eval_transcripts(path: Path, *, fmt: str | None, clients: str | None, normalize: str | None,
                           min_words: int, max_words: int | None, limit: int | None,
                           dictionary: Path | None) -> list[Any]:
-    """The transcripts of ``path`` (one transcript set, any supported format), normalised and filtered."""
+    """The transcripts of ``path`` (one transcript set, any supported format; or one N-best set, whose references
+    and speakers are taken: another engine then speaks and decodes the same utterances with the same voices),
+    normalised and filtered."""
     from privasr.corpus.load import load_path
     from privasr.corpus.records import Transcript
 
-    sets = [d for d in load_path(path, fmt) if d.kind == "transcript"]
+    loaded = load_path(path, fmt)
+    sets = [d for d in loaded if d.kind == "transcript"]
+    nbest_sets = [d for d in loaded if d.kind == "nbest"]
+    if not sets and len(nbest_sets) == 1:
+        missing = [r.utt_id for r in nbest_sets[0].records if not r.ref]
+        if missing:
+            raise InputError(f"{len(missing)} N-best records have no reference (e.g. {missing[0]})", path=path,
+                             expected="references on every record to speak them")
+        from dataclasses import replace
+
+        sets = [replace(nbest_sets[0], kind="transcript", records=tuple(
+            Transcript(r.utt_id, tuple(r.ref or ()), client=r.client, speaker=r.speaker, order=r.order)
+            for r in nbest_sets[0].records))]
     if len(sets) != 1:
         names = ", ".join(d.name for d in sets) or "none"
         raise InputError(f"holds {len(sets)} transcript sets ({names})", path=path,
@@ -66,7 +80,7 @@ def load_eval_transcripts(path: Path, *, fmt: str | None, clients: str | None, n
 
 
 def tts_nbest(
-    transcripts: Annotated[Path, typer.Argument(help="Transcripts: a file or folder in any supported transcript format (one set).")],
+    transcripts: Annotated[Path, typer.Argument(help="Transcripts: a file or folder in any supported transcript format (one set), or an N-best set whose references to speak again.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (nbest.jsonl, timing.jsonl, manifest.json, results.json, report.md, model/, cache/).")],
     lm: Annotated[Path | None, typer.Option("--lm", help="First-pass LM: ARPA (.gz/.xz allowed) or pocketsphinx binary; default: pocketsphinx's en-us LM.")] = None,
     adapt_text: Annotated[str | None, typer.Option("--adapt-text", help="Generic text to adapt the acoustic model on: a text file (one sentence a line) or a named source (e.g. earnings21). Never the evaluation text.")] = None,
