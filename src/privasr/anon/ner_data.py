@@ -34,7 +34,7 @@ from privasr.errors import ConfigError, InputError
 
 __all__ = ["Doc", "EARNINGS21_TO_LABEL", "SENTENCE_END", "DATA_VERSION", "NerData", "wikigold_docs",
            "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names", "file_ner_data", "presidio_docs",
-           "PRESIDIO_TO_LABEL", "TEMPLATES_SET", "TEMPLATE_FILLS", "TEMPLATE_SPLIT", "seen_templates"]
+           "PRESIDIO_TO_LABEL", "TEMPLATES_SET", "TEMPLATE_FILLS", "TEMPLATE_SPLIT", "seen_templates", "tokenise_with_spans"]
 
 Doc = tuple[tuple[str, ...], list[EntitySpan]]
 """One training or evaluation sentence: its tokens and gold spans."""
@@ -259,9 +259,7 @@ def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Seque
     for k, rec in enumerate(data):
         if k in drop:
             continue
-        text = rec["full_text"]
-        toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
-        spans = []
+        char_spans = []
         for sp in rec["spans"]:
             try:
                 a, b, typ = int(sp["start_position"]), int(sp["end_position"]), str(sp["entity_type"])
@@ -269,12 +267,29 @@ def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Seque
                 raise InputError(f"record {k} has a span without start_position, end_position and entity_type",
                                  path=p) from None
             lab = PRESIDIO_TO_LABEL.get(typ)
-            idx = [i for i, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
-            if lab is not None and idx:
-                spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
-        if toks:
-            out.append((tuple(t for _, _, t in toks), resolve_overlaps(spans)))
+            if lab is not None:
+                char_spans.append((a, b, lab))
+        words, spans = tokenise_with_spans(rec["full_text"], char_spans)
+        if words:
+            out.append((words, spans))
     return out, note
+
+
+def tokenise_with_spans(text: str, char_spans: Iterable[tuple[int, int, str]]) -> Doc:
+    """``text`` as tokens (words, contractions and hyphenated words whole, punctuation apart) and labelled
+    character spans ``(start, end, label)`` as token spans (every token a span's characters touch; overlaps
+    resolved, the longest kept).
+
+    >>> tokenise_with_spans("Call Mary-Jane at 5.", [(5, 14, "PER")])
+    (('Call', 'Mary-Jane', 'at', '5', '.'), [EntitySpan(start=1, end=2, label='PER')])
+    """
+    toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
+    spans = []
+    for a, b, lab in char_spans:
+        idx = [i for i, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
+        if idx:
+            spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
+    return tuple(t for _, _, t in toks), resolve_overlaps(spans)
 
 
 def _seen(data: list[dict], seen_templates: tuple[Collection[int], Sequence[str]] | None) -> tuple[set[int], str]:

@@ -68,7 +68,6 @@ NAME_LOCALES = ("en_US", "en_GB", "en_IE", "en_IN", "en_NZ", "de_DE", "fr_FR", "
 """The Faker locales people's and organisations' names are drawn from (places and numbers: en_US, en_GB)."""
 
 _SLOT = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
-_TOKEN = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
 
 
 def read_templates(path: str | Path) -> list[str]:
@@ -191,6 +190,8 @@ def fill_templates(templates: Sequence[str], ids: Sequence[int], per_template: i
     """
     if isinstance(per_template, bool) or not isinstance(per_template, int) or per_template < 1:
         raise ConfigError(f"per_template={per_template!r}", expected="a positive integer")
+    from privasr.anon.ner_data import tokenise_with_spans
+
     names, places = _fakers(seed)
     rng = np.random.default_rng([seed, 5])
     fill = _fillers(names, places, rng, _nationalities(nationalities))
@@ -200,7 +201,7 @@ def fill_templates(templates: Sequence[str], ids: Sequence[int], per_template: i
         docs = []
         for _ in range(per_template):
             text, slots = _fill_one(t, fill)
-            docs.append(_tokenise(text, slots))
+            docs.append(tokenise_with_spans(text, slots))
         out[f"t{i}"] = [d for d in docs if d[0]]
     return out
 
@@ -225,18 +226,6 @@ def _fill_one(template: str, fill: Mapping[str, Filler]) -> tuple[str, list[tupl
         at = m.end()
     parts.append(template[at:].replace("\n", ", "))
     return "".join(parts), slots
-
-
-def _tokenise(text: str, slots: Sequence[tuple[int, int, str]]) -> tuple[tuple[str, ...], list[EntitySpan]]:
-    from privasr.anon.ner import resolve_overlaps
-
-    toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
-    spans = []
-    for a, b, lab in slots:
-        idx = [k for k, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
-        if idx:
-            spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
-    return tuple(t for _, _, t in toks), resolve_overlaps(spans)
 
 
 # ---------------------------------------------------------------------------------------------- the files

@@ -36,7 +36,6 @@ Audio longer than Whisper's 30 s window is refused with the utterance named (spl
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -234,7 +233,3 @@ class WhisperDecoder:
             stats.append(DecodeStats(len(nbs), sum(len(p) for p in pcms) / 16000, sum(timing)))
         return nbs
 
-
-def cpu_threads() -> int:
-    """The CPU cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
