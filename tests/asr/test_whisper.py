@@ -136,6 +136,8 @@ def test_a_whisper_testbed_builds_resumes_and_refuses_pocketsphinx_options(tmp_p
     assert all(rec["meta"]["engine"] == "whisper" and "am" in rec["hyps"][0]["scores"] for rec in recs)
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["engine"] == "whisper" and res["metrics"]["utterances"] == 2
+    assert res["metrics"]["onebest_in_nbest"] is None  # pocketsphinx's A* figure: not Whisper's
+    assert 0 <= res["metrics"]["merged_share"] < 1 and 0 <= res["metrics"]["ref_in_nbest"] <= 1
     first = (out / "nbest.jsonl").read_bytes()
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and (out / "nbest.jsonl").read_bytes() == first  # resumed from the cache

@@ -34,7 +34,7 @@ from privasr.errors import ConfigError, InputError
 
 __all__ = ["Doc", "EARNINGS21_TO_LABEL", "SENTENCE_END", "DATA_VERSION", "NerData", "wikigold_docs",
            "earnings21_docs", "split_ids", "load_ner_data", "clean_speaker_names", "file_ner_data", "presidio_docs",
-           "PRESIDIO_TO_LABEL", "TEMPLATES_SET", "TEMPLATE_FILLS", "TEMPLATE_SPLIT", "seen_templates", "tokenise_with_spans"]
+           "PRESIDIO_TO_LABEL", "TEMPLATES_SET", "TEMPLATE_FILLS", "TEMPLATE_SPLIT", "seen_templates"]
 
 Doc = tuple[tuple[str, ...], list[EntitySpan]]
 """One training or evaluation sentence: its tokens and gold spans."""
@@ -218,9 +218,6 @@ PRESIDIO_TO_LABEL: Mapping[str, str] = {
 }
 """presidio-evaluator's entity types -> paper 003's categories (personal identifiers as MISC)."""
 
-_TOKEN = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
-
-
 def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Sequence[str]] | None = None
                   ) -> tuple[list[Doc], str]:
     """presidio-evaluator's synthetic PII sentences (a JSON list of ``{"full_text", "spans": [{"entity_type",
@@ -254,6 +251,8 @@ def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Seque
                                                                                                 list)):
             raise InputError(f"record {k} has no 'full_text' string and 'spans' list", path=p,
                              expected="presidio-evaluator's synthetic data records")
+    from privasr.anon.ner_templates import tokenise_with_spans
+
     drop, note = _seen(data, seen_templates)
     out: list[Doc] = []
     for k, rec in enumerate(data):
@@ -274,22 +273,6 @@ def presidio_docs(path: str | Path, seen_templates: tuple[Collection[int], Seque
             out.append((words, spans))
     return out, note
 
-
-def tokenise_with_spans(text: str, char_spans: Iterable[tuple[int, int, str]]) -> Doc:
-    """``text`` as tokens (words, contractions and hyphenated words whole, punctuation apart) and labelled
-    character spans ``(start, end, label)`` as token spans (every token a span's characters touch; overlaps
-    resolved, the longest kept).
-
-    >>> tokenise_with_spans("Call Mary-Jane at 5.", [(5, 14, "PER")])
-    (('Call', 'Mary-Jane', 'at', '5', '.'), [EntitySpan(start=1, end=2, label='PER')])
-    """
-    toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
-    spans = []
-    for a, b, lab in char_spans:
-        idx = [i for i, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
-        if idx:
-            spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
-    return tuple(t for _, _, t in toks), resolve_overlaps(spans)
 
 
 def _seen(data: list[dict], seen_templates: tuple[Collection[int], Sequence[str]] | None) -> tuple[set[int], str]:

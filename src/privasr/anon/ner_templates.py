@@ -23,17 +23,18 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from privasr.anon.ner import resolve_overlaps
 from privasr.anon.transform import EntitySpan
 from privasr.errors import ConfigError, InputError
 
 __all__ = ["PRESIDIO_VERSION", "PRESIDIO_WHEEL", "PRESIDIO_WHEEL_SHA256", "PLACEHOLDER_LABEL", "NAME_LOCALES",
-           "read_templates", "fill_templates", "presidio_templates", "template_key"]
+           "read_templates", "fill_templates", "presidio_templates", "template_key", "tokenise_with_spans"]
 
 PRESIDIO_VERSION = "0.3.2"
 PRESIDIO_WHEEL = f"presidio_evaluator-{PRESIDIO_VERSION}-py3-none-any.whl"
@@ -68,6 +69,7 @@ NAME_LOCALES = ("en_US", "en_GB", "en_IE", "en_IN", "en_NZ", "de_DE", "fr_FR", "
 """The Faker locales people's and organisations' names are drawn from (places and numbers: en_US, en_GB)."""
 
 _SLOT = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+_TOKEN = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
 
 
 def read_templates(path: str | Path) -> list[str]:
@@ -190,8 +192,6 @@ def fill_templates(templates: Sequence[str], ids: Sequence[int], per_template: i
     """
     if isinstance(per_template, bool) or not isinstance(per_template, int) or per_template < 1:
         raise ConfigError(f"per_template={per_template!r}", expected="a positive integer")
-    from privasr.anon.ner_data import tokenise_with_spans
-
     names, places = _fakers(seed)
     rng = np.random.default_rng([seed, 5])
     fill = _fillers(names, places, rng, _nationalities(nationalities))
@@ -226,6 +226,24 @@ def _fill_one(template: str, fill: Mapping[str, Filler]) -> tuple[str, list[tupl
         at = m.end()
     parts.append(template[at:].replace("\n", ", "))
     return "".join(parts), slots
+
+
+def tokenise_with_spans(text: str, char_spans: Iterable[tuple[int, int, str]]
+                        ) -> tuple[tuple[str, ...], list[EntitySpan]]:
+    """``text`` as tokens (words, contractions and hyphenated words whole, punctuation apart) and labelled
+    character spans ``(start, end, label)`` as token spans (every token a span's characters touch; overlaps
+    resolved, the longest kept).
+
+    >>> tokenise_with_spans("Call Mary-Jane at 5.", [(5, 14, "PER")])
+    (('Call', 'Mary-Jane', 'at', '5', '.'), [EntitySpan(start=1, end=2, label='PER')])
+    """
+    toks = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(text)]
+    spans = []
+    for a, b, lab in char_spans:
+        idx = [i for i, (s0, e0, _) in enumerate(toks) if s0 < b and e0 > a]
+        if idx:
+            spans.append(EntitySpan(idx[0], idx[-1] + 1, lab))
+    return tuple(t for _, _, t in toks), resolve_overlaps(spans)
 
 
 # ---------------------------------------------------------------------------------------------- the files

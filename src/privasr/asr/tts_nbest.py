@@ -524,7 +524,11 @@ def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
         "wer_1best": w1.wer,
         "wer_oracle": wo.wer,
         "hyps_per_utt": sum(len(r) for r in recs) / len(recs),
-        "onebest_in_nbest": sum(bool(r.meta.get("onebest_in_nbest")) for r in recs) / len(recs),
+        # pocketsphinx's: whether the bestpath 1-best was among the A* paths (None for an engine without it)
+        "onebest_in_nbest": (sum(bool(r.meta.get("onebest_in_nbest")) for r in recs) / len(recs)
+                             if any("onebest_in_nbest" in r.meta for r in recs) else None),
+        "ref_in_nbest": sum(bool(r.ref) and any(h.words == r.ref for h in r.hyps) for r in recs) / len(recs),
+        "merged_share": _merged_share(recs),
         "audio_s": audio,
         "decode_s_per_audio_s": decode / audio if audio > 0 else math.nan,
         "cpu_s_per_audio_s": busy / audio if audio > 0 else math.nan,
@@ -532,6 +536,15 @@ def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
         "utterances_per_s": (len(recs) - result.resumed) / result.wall_s if result.wall_s > 0 else math.nan,
         "jobs": jobs,
     }
+
+
+def _merged_share(recs: Sequence[NBest]) -> float | None:
+    """The share of a Whisper beam's hypotheses merged into others after normalisation (None for pocketsphinx)."""
+    asked = [int(r.meta["n_nbest_paths"]) for r in recs if r.meta.get("engine") == "whisper"]
+    if not asked:
+        return None
+    kept = sum(int(r.meta["n_nbest_unique"]) for r in recs if r.meta.get("engine") == "whisper")
+    return 1 - kept / sum(asked) if sum(asked) else None
 
 
 def write_outputs(result: TtsNbestResult, out: PathLike, *, manifest: Mapping[str, Any]) -> dict[str, Path]:
