@@ -29,3 +29,15 @@ def test_gutenberg_raw_reproduces_the_golden_anchor_text(shared_data):
     asr = gutenberg_sentences(shared_data)
     assert all("'" not in w or w.count("'") == 1 for s in asr[:2000] for w in s)
     assert not any(w in ("mr", "mrs") for s in asr for w in s)
+
+
+def test_a_normaliser_runs_on_top_of_a_named_source(monkeypatch) -> None:
+    """A named source keeps its own normalisation; ``normalize`` is applied after it (e.g. ``neural`` to expand
+    the contractions AMI's text keeps), and sentences it empties are dropped."""
+    pytest.importorskip("whisper_normalizer")
+    from privasr.corpus import sources
+
+    monkeypatch.setitem(sources.TEXT_SOURCES, "ami-train", lambda data=None: [("we're", "gonna", "see"), ("um",)])
+    assert sources.load_text("ami-train") == [("we're", "gonna", "see"), ("um",)]
+    assert sources.load_text("ami-train", normalize="neural") == [("we", "are", "going", "to", "see"), ("um",)]
+    assert sources.load_text("ami-train", normalize="neural,fillers=remove") == [("we", "are", "going", "to", "see")]

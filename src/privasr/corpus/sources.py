@@ -340,7 +340,8 @@ _SOURCE_OPTIONS: dict[str, frozenset[str]] = {
 
 def load_text(source: str | PathLike, *, data: PathLike | None = None, normalize: Any = None,
               **options: Any) -> list[tuple[str, ...]]:
-    """Sentences of a named source (:data:`TEXT_SOURCES`) or of a text file.
+    """Sentences of a named source (:data:`TEXT_SOURCES`, in its own normalisation, with ``normalize`` applied on
+    top when given) or of a text file (normalised with ``normalize``).
 
     >>> load_text("gutenberg", colour="red")
     Traceback (most recent call last):
@@ -352,9 +353,13 @@ def load_text(source: str | PathLike, *, data: PathLike | None = None, normalize
         bad = sorted(set(options) - allowed)
         if bad:
             raise ConfigError(f"text source {source!r} has no option(s) {bad}", expected=f"some of {sorted(allowed)}")
-        if normalize not in (None, "none"):
-            raise ConfigError(f"text source {source!r} is normalised already", expected="no normalize option")
-        return TEXT_SOURCES[source](data, **options)
+        sents = TEXT_SOURCES[source](data, **options)
+        if normalize in (None, "none"):
+            return sents
+        # a named source is normalised already (its own convention); a normaliser given here runs on top of it,
+        # e.g. "neural" to expand the contractions of ami-train as a neural recogniser's lists have them
+        norm = Normalizer.from_spec(normalize)
+        return [w for w in (norm(s) for s in sents) if w]
     if options:
         raise ConfigError(f"a text file takes no option(s) {sorted(options)}", expected="only normalize")
     p = Path(source)
