@@ -271,9 +271,11 @@ def _grids(alg: Any, n: int, folder: Path) -> tuple[Any, Any, Any, Any]:
     from privasr.federated.backends.flower import GridBackend, discover_nodes, make_client_app
     from privasr.federated.backends.flower_inprocess import InProcessGrid
 
-    path = folder / f"{alg.name}-{id(alg)}.pkl"
-    with open(path, "wb") as f:
+    # a fresh file name per case: the nodes load a pickled algorithm once per process, by path, so a name that
+    # came back (``id()`` of a collected object) would hand a later case an earlier case's algorithm
+    with tempfile.NamedTemporaryFile("wb", dir=folder, prefix=f"{alg.name}-", suffix=".pkl", delete=False) as f:
         pickle.dump((alg, list(range(n))), f, protocol=pickle.HIGHEST_PROTOCOL)
+    path = Path(f.name)
     plain_grid = InProcessGrid(make_client_app(path), n, keep_messages=False)
     secure_grid = InProcessGrid(make_client_app(path, secure=True), n, keep_messages=False)
     plain = GridBackend(plain_grid, discover_nodes(plain_grid, n, wait=10.0, poll=0.01), poll=0.01)
