@@ -540,11 +540,9 @@ def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
 
 def _merged_share(recs: Sequence[NBest]) -> float | None:
     """The share of a Whisper beam's hypotheses merged into others after normalisation (None for pocketsphinx)."""
-    asked = [int(r.meta["n_nbest_paths"]) for r in recs if r.meta.get("engine") == "whisper"]
-    if not asked:
-        return None
-    kept = sum(int(r.meta["n_nbest_unique"]) for r in recs if r.meta.get("engine") == "whisper")
-    return 1 - kept / sum(asked) if sum(asked) else None
+    whisper = [r.meta for r in recs if r.meta.get("engine") == "whisper"]
+    asked = sum(int(m["n_nbest_paths"]) for m in whisper)
+    return 1 - sum(int(m["n_nbest_unique"]) for m in whisper) / asked if asked else None
 
 
 def write_outputs(result: TtsNbestResult, out: PathLike, *, manifest: Mapping[str, Any]) -> dict[str, Path]:

@@ -151,18 +151,12 @@ def tts_nbest(
 
 
 def _whisper_options(engine: str, model: Path | None, beam: int, ps_only: dict[str, Any]) -> dict[str, Any] | None:
-    """The Whisper decoder's arguments (``None`` for pocketsphinx); pocketsphinx's options are refused with it."""
-    if engine not in ("pocketsphinx", "whisper"):
-        raise InputError(f"--engine {engine!r}", expected="pocketsphinx or whisper")
-    if engine == "pocketsphinx":
-        if model is not None:
-            raise InputError("--model is for --engine whisper", expected="--hmm for pocketsphinx's acoustic model")
-        return None
-    given = [f"--{k}" for k, v in ps_only.items() if v is not None]
-    if given:
-        raise InputError(f"{', '.join(given)}: for --engine pocketsphinx", expected="no pocketsphinx option with "
-                                                                             "--engine whisper")
-    return {"model": model, "beam_size": beam}
+    """The Whisper decoder's arguments (``None`` for pocketsphinx); the engine's options checked as ``privasr
+    decode`` checks them (:func:`privasr.cli.decode.check_engine`)."""
+    from privasr.cli.decode import check_engine
+
+    check_engine(engine, model, ps_only)
+    return {"model": model, "beam_size": beam} if engine == "whisper" else None
 
 
 def _check_options(n_jobs: int, limit: int | None, min_words: int, max_words: int | None, adapt_text: str | None,

@@ -4,6 +4,7 @@ through CTranslate2 with ``--engine whisper``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ import typer
 
 from privasr.errors import InputError
 
-__all__ = ["decode", "adapt", "collect_wavs", "load_adaptation_data"]
+__all__ = ["decode", "adapt", "collect_wavs", "load_adaptation_data", "check_engine", "ENGINES"]
 
 
 def collect_wavs(inputs: list[Path]) -> list[Path]:
@@ -70,20 +71,17 @@ def decode(
     if limit is not None:
         wavs = wavs[:limit]
     refs = _references(wavs, ref, fsdd)
-    if engine not in ("pocketsphinx", "whisper"):
-        raise InputError(f"--engine {engine!r}", expected="pocketsphinx or whisper")
+    check_engine(engine, model, {"lm": lm, "dict": dictionary, "hmm": hmm, "adapt": adapt_data})
     if engine == "whisper":
-        _decode_whisper(wavs, out, refs, inputs, {"lm": lm, "dict": dictionary, "hmm": hmm, "adapt": adapt_data},
-                        {"model": model, "nbest": nbest, "beam_size": beam, "compute_type": compute_type,
-                         "batch_size": batch}, jobs, {"ref": ref, "fsdd": fsdd, "limit": limit})
+        _decode_whisper(wavs, out, refs, inputs, {"model": model, "nbest": nbest, "beam_size": beam,
+                                                  "compute_type": compute_type, "batch_size": batch},
+                        jobs, {"ref": ref, "fsdd": fsdd, "limit": limit})
         return
-    if model is not None:
-        raise InputError("--model is for --engine whisper", expected="--hmm for pocketsphinx's acoustic model")
     if adapt_data is not None:
         hmm = _adapt(adapt_data, adapt_out or out.with_name(out.name + ".model"), adapt_method, hmm, dictionary)
     probe = Decoder(lm=lm, dict=dictionary, hmm=hmm, nbest=nbest)  # validates the models before any work
-    nbs, st = _decode_all(wavs, probe, {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs},
-                          jobs)
+    nbs, st = _decode_all(wavs, lambda ws: _decode_chunk(ws, {"decoder": probe, "refs": refs}), _decode_chunk,
+                          {"lm": lm, "dict": dictionary, "hmm": hmm, "nbest": nbest, "refs": refs}, jobs)
     write_nbest(out, nbs)
     metrics, summary = _metrics(nbs, st, refs)
     config = {"inputs": [str(p) for p in inputs], "files": len(wavs), "lm": str(lm) if lm else None,
@@ -100,35 +98,37 @@ def decode(
     typer.echo(f"privasr {__version__} decode: {summary} -> {out} ({res.name})")
 
 
-def _decode_whisper(wavs: list[Path], out: Path, refs: dict[str, tuple[str, ...]] | None, inputs: list[Path],
-                    ps_only: dict[str, Any], kw: dict[str, Any], jobs: int, rest: dict[str, Any]) -> None:
-    """``privasr decode --engine whisper``: the same outputs as the pocketsphinx path."""
-    from privasr import __version__
-    from privasr.asr.decode import DecodeStats
-    from privasr.asr.whisper import WhisperDecoder
-    from privasr.corpus.formats.nbest_jsonl import write_nbest
-    from privasr.results import write_results
+ENGINES = ("pocketsphinx", "whisper")
 
+
+def check_engine(engine: str, model: Path | None, ps_only: dict[str, Any]) -> None:
+    """Refuse an unknown ``--engine``, ``--model`` without Whisper, and pocketsphinx's options (``ps_only``, by
+    option name, ``None`` when not given) with it."""
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine!r}", expected="pocketsphinx or whisper")
+    if engine == "pocketsphinx":
+        if model is not None:
+            raise InputError("--model is for --engine whisper", expected="--hmm for pocketsphinx's acoustic model")
+        return
     given = [f"--{k}" for k, v in ps_only.items() if v is not None]
     if given:
         raise InputError(f"{', '.join(given)}: for --engine pocketsphinx", expected="no pocketsphinx option with "
                                                                                  "--engine whisper")
+
+
+def _decode_whisper(wavs: list[Path], out: Path, refs: dict[str, tuple[str, ...]] | None, inputs: list[Path],
+                    kw: dict[str, Any], jobs: int, rest: dict[str, Any]) -> None:
+    """``privasr decode --engine whisper``: the same outputs as the pocketsphinx path."""
+    from privasr import __version__
+    from privasr.asr.whisper import WhisperDecoder
+    from privasr.corpus.formats.nbest_jsonl import write_nbest
+    from privasr.results import write_results
+
     probe = WhisperDecoder(**kw, threads=0 if jobs == 1 else 1)  # validates the model before any work
     if refs is not None:  # references are normalised as the hypotheses are
         refs = {u: probe.norm(r) for u, r in refs.items()}
-    if jobs == 1 or len(wavs) < 2:
-        stats: list[DecodeStats] = []
-        nbs = probe.decode_files(wavs, refs, stats)
-        st = stats[0]
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
-            parts = list(ex.map(_whisper_chunk, [(wavs[i::jobs], kw, refs) for i in range(jobs) if wavs[i::jobs]]))
-        by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
-        nbs = [by_id[w.stem] for w in wavs]
-        st = DecodeStats(sum(s.utterances for _, s in parts), sum(s.audio_s for _, s in parts),
-                         sum(s.decode_s for _, s in parts))
+    nbs, st = _decode_all(wavs, lambda ws: _whisper_files(probe, ws, refs), _whisper_chunk,
+                          {"decoder": kw, "refs": refs}, jobs)
     write_nbest(out, nbs)
     metrics, summary = _metrics(nbs, st, refs)
     merged = sum(int(h.meta.get("merged", 0)) for n in nbs for h in n.hyps)
@@ -145,13 +145,18 @@ def _decode_whisper(wavs: list[Path], out: Path, refs: dict[str, tuple[str, ...]
                f"{out} ({res.name})")
 
 
-def _whisper_chunk(task: tuple[list[Path], dict[str, Any], dict[str, tuple[str, ...]] | None]) -> tuple[list, Any]:
+def _whisper_files(decoder: Any, paths: list[Path], refs: dict[str, tuple[str, ...]] | None) -> tuple[list, Any]:
     from privasr.asr.decode import DecodeStats
+
+    stats: list[DecodeStats] = []
+    return decoder.decode_files(paths, refs, stats), stats[0]
+
+
+def _whisper_chunk(paths: list[Path], kw: dict[str, Any]) -> tuple[list, Any]:
+    """A worker process's share: its own Whisper decoder, one thread."""
     from privasr.asr.whisper import WhisperDecoder
 
-    paths, kw, refs = task
-    stats: list[DecodeStats] = []
-    return WhisperDecoder(**kw, threads=1).decode_files(paths, refs, stats), stats[0]
+    return _whisper_files(WhisperDecoder(**kw["decoder"], threads=1), paths, kw["refs"])
 
 
 def _check_options(ref: Path | None, fsdd: bool, nbest: int, limit: int | None, jobs: int) -> None:
@@ -183,20 +188,21 @@ def _references(wavs: list[Path], ref: Path | None, fsdd: bool) -> dict[str, tup
     return refs
 
 
-def _decode_all(wavs: list[Path], probe: Any, kw: dict[str, Any], jobs: int) -> tuple[list[Any], Any]:
-    """The N-best lists of ``wavs`` in order (here with ``probe``, or in ``jobs`` worker processes, each with its
-    own decoder) and the decoding statistics."""
-    from privasr.asr.decode import DecodeStats, decode_files
+def _decode_all(wavs: list[Path], here: Callable[[list[Path]], tuple[list[Any], Any]],
+                chunk: Callable[[list[Path], dict[str, Any]], tuple[list[Any], Any]], kw: dict[str, Any],
+                jobs: int) -> tuple[list[Any], Any]:
+    """The N-best lists of ``wavs`` in order and the decoding statistics: ``here(wavs)`` (this process, the
+    validated decoder) with one job, else ``chunk(paths, kw)`` in ``jobs`` worker processes, each with its own
+    decoder (either engine)."""
+    from privasr.asr.decode import DecodeStats
 
-    stats: list[DecodeStats] = []
     if jobs == 1 or len(wavs) < 2:
-        nbs = decode_files(wavs, stats=stats, decoder=probe, refs=kw["refs"])
-        return nbs, stats[0]
+        return here(wavs)
     from concurrent.futures import ProcessPoolExecutor
 
     chunks = [wavs[i::jobs] for i in range(jobs)]
     with ProcessPoolExecutor(max_workers=jobs) as ex:
-        futs = [ex.submit(_decode_chunk, c, kw) for c in chunks if c]
+        futs = [ex.submit(chunk, c, kw) for c in chunks if c]
         parts = [f.result() for f in futs]
     by_id = {nb.utt_id: nb for res, _ in parts for nb in res}
     return [by_id[w.stem] for w in wavs], DecodeStats(sum(s.utterances for _, s in parts),
