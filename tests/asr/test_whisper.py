@@ -29,6 +29,7 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("espeak-ng is not installed")
     d = tmp_path_factory.mktemp("wavs")
     subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(d / "u1.wav"), SENTENCE], check=True)
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(d / "u2.wav"), "the price was twelve dollars"], check=True)
     return d / "u1.wav"
 
 
@@ -110,6 +111,11 @@ def test_decode_engine_whisper_writes_nbest_and_results(speech: Path, tmp_path: 
     res = json.loads((out.parent / "w.jsonl.results.json").read_text())
     assert res["config"]["decoder"]["engine"] == "whisper" and res["metrics"]["wer"] == 0.0
     assert res["metrics"]["merged_hypotheses"] >= 0 and "no_speech_prob_mean" in res["metrics"]
+    two = tmp_path / "o" / "w2.jsonl"  # two worker processes give the same lists
+    r2 = CliRunner().invoke(app, ["decode", "--engine", "whisper", str(speech), str(speech.parent / "u2.wav"),
+                                  "--out", str(two), "--beam", "5", "--nbest", "5", "--jobs", "2"])
+    assert r2.exit_code == 0, r2.output
+    assert json.loads(two.read_text().splitlines()[0])["hyps"] == rec["hyps"]
     bad = CliRunner().invoke(app, ["decode", "--engine", "whisper", str(speech), "--out", str(out), "--hmm",
                                    str(tmp_path)])
     assert bad.exit_code != 0 and "--hmm: for --engine pocketsphinx" in str(bad.exception)

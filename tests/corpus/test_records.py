@@ -120,3 +120,17 @@ def test_huge_and_non_finite_values_are_input_errors():
         Hypothesis(("a",), confidences=(10**400,))
     with pytest.raises(InputError, match="finite numbers only"):
         NBest("u", (), meta={"x": [1.0, math.inf]})
+
+
+def test_records_cross_process_boundaries() -> None:
+    """Records pickle (a worker pool returns them) and come back equal and still read-only."""
+    import pickle
+
+    h = Hypothesis(("a", "b"), scores={"am": -1.0}, meta={"x": {"y": [1, 2]}})
+    nb = NBest("u", (h,), client="c", speaker="s", order=1, ref=("a",), meta={"k": 1})
+    t = Transcript("u", ("a",), entities=(Span(0, 1, "PER"),), meta={"m": [1]})
+    for rec in (h, nb, t):
+        back = pickle.loads(pickle.dumps(rec))
+        assert back == rec and type(back) is type(rec)
+        with pytest.raises(TypeError):
+            back.meta["new"] = 1  # type: ignore[index]

@@ -30,7 +30,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -87,6 +87,13 @@ def thaw_json(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [thaw_json(v) for v in value]
     return value
+
+
+def _reduce(record: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``__reduce__`` of the frozen records: rebuilt from their fields with the read-only mappings as plain
+    dicts (a ``mappingproxy`` cannot be pickled), so records cross process boundaries (worker pools)."""
+    return type(record), tuple(thaw_json(v) if isinstance(v, Mapping) else v
+                               for v in (getattr(record, f.name) for f in fields(record)))
 
 
 # Characters no word or id may hold: C0/C1 controls (NUL included), Unicode spaces and line separators other than
@@ -270,6 +277,8 @@ class Hypothesis:
     privasr.errors.InputError: hypothesis confidence 1.2 is outside [0, 1] (expected a probability)
     """
 
+    __reduce__ = _reduce
+
     words: tuple[str, ...]
     scores: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     confidences: tuple[float, ...] | None = None
@@ -333,6 +342,8 @@ class NBest:
         meta: other JSON-like fields of the source format.
     """
 
+    __reduce__ = _reduce
+
     utt_id: str
     hyps: tuple[Hypothesis, ...]
     client: str | None = None
@@ -389,6 +400,8 @@ class Transcript:
     >>> [t.words[s.start:s.end] for s in t.entities]
     [('bob', 'smith')]
     """
+
+    __reduce__ = _reduce
 
     utt_id: str
     words: tuple[str, ...]
