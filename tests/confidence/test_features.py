@@ -158,3 +158,17 @@ def test_values_are_read_only():
     f = word_features(SCORED)
     with pytest.raises(ValueError):
         f.values[0, 0] = 0.0
+
+
+def test_lists_without_a_first_pass_lm_use_the_am_total_as_the_decoder_total():
+    """Whisper's lists carry ``am`` (its total log-probability) and no ``lm`` or ``total``: the posterior and
+    the score gap use ``am``; a list with ``am`` and ``lm`` but no ``total`` falls back to the rank prior."""
+    e2e = NBest("u", (H("we ate rice", am=0.0), H("we ant rice", am=-LN2), H("ate rice", am=-2 * LN2)),
+                ref=("we", "ate", "rice"))
+    f = word_features(e2e)
+    np.testing.assert_allclose(f.column("posterior"), [6 / 7, 5 / 7, 1.0])
+    np.testing.assert_allclose(f.column("score_gap"), [LN2] * 3)
+    np.testing.assert_allclose(hypothesis_weights(e2e), [4 / 7, 2 / 7, 1 / 7])
+    split = NBest("u", (H("a", am=0.0, lm=0.0), H("b", am=-1.0, lm=0.0)))
+    np.testing.assert_allclose(hypothesis_weights(split), [2 / 3, 1 / 3])
+    assert math.isnan(word_features(split).column("score_gap")[0])

@@ -256,10 +256,31 @@ def test_the_command_runs_a_config_file_with_overrides(data, first_run, monkeypa
     ({"approx.method": "exact"}, "approx.method"),
     ({"bogus": 1}, "bogus"),
     ({"export_arpa": "yes"}, "export_arpa"),
+    ({"normalize": "klingon"}, "normalize"),
 ])
 def test_bad_config_values_name_the_key(data, tmp_path, over, key):
     with pytest.raises(ConfigError, match=re.escape(key)):
         load_anon_config(_raw(data, tmp_path, **over))
+
+
+def test_normalize_runs_after_the_ami_preset_on_every_text(data, tmp_path):
+    """``normalize: neural`` (for Whisper's lists): contractions expanded in the dev text, the pool and the
+    anonymised training turns, with the entity placeholders intact."""
+    from privasr.anon.transform import Anonymizer
+    from privasr.experiments.anon import load_data
+
+    plain = load_data(load_anon_config(_raw(data, tmp_path)))
+    neural = load_data(load_anon_config(_raw(data, tmp_path, normalize="neural")))
+    assert any("we're" in s for s in plain.dev_text)
+    texts = [neural.dev_text, [s for ss in neural.pool.values() for s in ss]]
+    for sents in texts:
+        assert not any("we're" in s or "isn't" in s for s in sents)
+        assert any(s[:4] == ("we", "are", "going", "to") for s in sents)
+    turns = build_turn_texts(neural.train_turns, FakeDetector().detect([t.words for t in neural.train_turns]),
+                             Anonymizer("surrogate", 0), neural.norm)
+    assert not any("we're" in t.surrogate for t in turns)
+    tagged = [t.tagged for t in turns if "<PER>" in t.tagged]
+    assert tagged and all(len(t.surrogate) == len(t.tagged) for t in turns)
 
 
 def test_missing_inputs_and_small_pools_are_clear_errors(data, tmp_path):
@@ -275,6 +296,8 @@ def test_the_shipped_config_validates():
     raw = read_config(CONFIGS / "anon-ami.yaml")
     cfg = load_anon_config(raw, check_files=False)
     assert cfg.adaptation.sizes == (0.12, 0.15, 0.2) and cfg.mix.size == 0.12 and cfg.primary == "wc_m4"
+    whisper = load_anon_config(read_config(CONFIGS / "anon-ami-whisper.yaml"), check_files=False)
+    assert whisper.normalize == "neural" and whisper.data.test.name == "nbest.jsonl"
 
 
 @pytest.mark.slow

@@ -399,7 +399,8 @@ def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
         load_fedlm_config(_e21_raw(earnings, corpus, tmp_path, clients={"key": "speaker"}))
 
 
-@pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp"])
+@pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp",
+                                  "fedlm-ami-whisper"])
 def test_shipped_configs_validate(name):
     from privasr.config import read_config
 
@@ -410,3 +411,27 @@ def test_shipped_configs_validate(name):
         assert cfg.dp is not None and cfg.dp.noise_multiplier == 1.5 and cfg.fedlm["clip_norm"] == 0.5
     if name.startswith("fedlm-earnings21"):
         assert cfg.fedlm["loss"] == "token" and cfg.compare_all  # the contract: ppl, ppl_baseline, ppl_all_utts
+
+
+def test_lists_without_a_first_pass_lm_score_rescore_with_first_pass_lm_off(corpus, tmp_path):
+    """An end-to-end recogniser's lists (Whisper's) have an ``am`` total and no ``lm``: rescoring leaves the
+    first-pass LM term out, and asking for it is an error, not a silent zero."""
+    import dataclasses
+
+    from privasr.corpus.formats.nbest_jsonl import read_nbest, write_nbest
+
+    paths = {}
+    for part in ("dev", "test"):
+        recs = [dataclasses.replace(nb, hyps=tuple(dataclasses.replace(h, scores={"am": h.scores["am"]})
+                                                   for h in nb.hyps))
+                for nb in read_nbest(corpus / "nbest" / f"{part}.jsonl")]
+        paths[part] = tmp_path / f"{part}.jsonl"
+        write_nbest(paths[part], recs)
+    over = {"data.dev": str(paths["test"]), "data.test": str(paths["dev"]), "rounds": 1, "compare_all": False,
+            "rescore.first_pass_lm": False, "rescore.ranges": {"nnlm": [0, 2, 0.5], "word_penalty": [-2, 2, 1]}}
+    run_fedlm(load_fedlm_config(_raw(corpus, tmp_path, **over)), tmp_path / "out")
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(res["rescore"]["weights_adapted"]) == {"nnlm", "word_penalty"}
+    with pytest.raises((InputError, ConfigError), match="lm"):
+        run_fedlm(load_fedlm_config(_raw(corpus, tmp_path, **{**over, "rescore.first_pass_lm": True})),
+                  tmp_path / "out2")

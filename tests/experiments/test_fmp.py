@@ -168,3 +168,22 @@ def test_exactly_normalised_run(corpus, tmp_path):
     assert 0.0 <= m["wer"] <= 1.0
     with pytest.raises(ConfigError, match="normalize"):
         load_fmp_config(_raw(corpus, tmp_path, normalize=True, oracle_cache=True))
+
+
+def test_the_background_is_normalised_as_the_nnlm_was_trained(corpus, tmp_path):
+    """u(w) counts the words the NNLM saw: with ``normalize: neural`` on the NNLM's training text the
+    background text is normalised the same way; an explicit ``background`` is read as it is."""
+    from privasr.experiments.fmp import background, background_normalize
+    from privasr.federated.algorithms.fmp_data import WordIds
+
+    text = tmp_path / "bg.txt"
+    text.write_text("we're here\nwe're gonna go\n", encoding="utf-8")
+    raw = _raw(corpus, tmp_path, **{"nnlm.neural.train.text": str(text), "nnlm.neural.train.normalize": "neural"})
+    cfg = load_fmp_config(raw)
+    assert background_normalize(cfg) == "neural"
+    vocab = WordIds(("<unk>", "<s>", "</s>", "we", "are", "here", "going", "to", "go", "we're"))
+    u, sents, _ = background(cfg, vocab)
+    assert sents == [("we", "are", "here"), ("we", "are", "going", "to", "go")]
+    assert u[vocab.words.index("we're")] < u[vocab.words.index("are")]
+    explicit = load_fmp_config({**raw, "background": str(text)})
+    assert background_normalize(explicit) is None and ("we're", "here") in background(explicit, vocab)[1]

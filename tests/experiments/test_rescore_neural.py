@@ -128,3 +128,25 @@ def test_checkpoint_spec_scores_with_the_saved_model(toy_files, tmp_path):
     lnp = sum(s.ln_total for s in lm.score_batch(refs))
     want = math.exp(-lnp / sum(len(r) + 1 for r in refs))
     assert m["ppl_by_lm"]["nn"] == pytest.approx(want, rel=1e-6)
+
+
+def test_a_neural_lm_trains_on_normalised_text_and_keys_its_cache_by_the_normaliser(tmp_path):
+    """``normalize: neural`` runs on both texts (contractions expanded as Whisper's lists have them); the
+    normaliser joins the cache key only when set, so models trained before the option keep their keys."""
+    from privasr.config import Context, from_mapping
+    from privasr.rescore.lms import LMSettings, build_lm
+
+    text = tmp_path / "t.txt"
+    text.write_text("we're going to start\nwe're done\nit is one point four\n" * 20, encoding="utf-8")
+    train = {"text": str(text), "valid": str(text), "preset": "tiny-transformer", "seed": 0,
+             "options": {"max_epochs": 1, "batch_size": 16, "lr": 0.01, "patience": 0, "amp": False}}
+    plain = from_mapping(LMSettings, {"neural": {"train": train}}, "lms.nn", Context(True)).spec("nn")
+    norm = from_mapping(LMSettings, {"neural": {"train": {**train, "normalize": "neural"}}}, "lms.nn",
+                        Context(True)).spec("nn")
+    lm_plain, _ = build_lm(plain, tmp_path / "a")
+    lm_norm, _ = build_lm(norm, tmp_path / "b")
+    assert "we're" in lm_plain.vocab.words and "we're" not in lm_norm.vocab.words and "are" in lm_norm.vocab.words
+    assert "normalize" not in json.loads((tmp_path / "a" / "nn.json").read_text())["key"]
+    assert json.loads((tmp_path / "b" / "nn.json").read_text())["key"]["normalize"] == "neural"
+    with pytest.raises(ConfigError, match="normali"):
+        from_mapping(LMSettings, {"neural": {"train": {**train, "normalize": "klingon"}}}, "lms.nn", Context(True))

@@ -59,3 +59,29 @@ def test_adapted_configs_validate(shared_data):
             loaders[name.split("-")[0]](raw, check_files=False)
         else:
             loaders[name.split("-")[0]](raw)
+
+
+def test_whisper_configs_validate_and_say_how_to_build_their_lists():
+    """Every ``*-whisper.yaml`` loads with its runner's validator, reads the Whisper testbed, leaves the first-pass
+    LM out (Whisper's lists have none), trains its LMs on neural-normalised text, and its comment names the
+    command that builds the lists."""
+    from privasr.experiments.anon import load_anon_config
+    from privasr.experiments.fedlm import load_fedlm_config
+    from privasr.experiments.fmp import load_fmp_config
+
+    loaders = {"rescore": load_config, "fmp": load_fmp_config, "fedlm": load_fedlm_config,
+               "anon": load_anon_config}
+    paths = sorted(REPO_CONFIGS.glob("*-whisper.yaml"))
+    assert {p.stem.split("-")[0] for p in paths} == set(loaders)
+    for p in paths:
+        raw = read_config(p)
+        assert raw["name"] == p.stem
+        assert all("testbeds/ami-tts-whisper/" in str(raw["data"][k]) for k in ("dev", "test"))
+        cfg = loaders[p.stem.split("-")[0]](raw, check_files=False)
+        text = p.read_text(encoding="utf-8")
+        assert "rescore-ami-ngram-whisper.yaml" in text or "--engine whisper" in text
+        assert "neural" in str(raw)
+        if hasattr(cfg, "combine"):
+            assert cfg.combine.first_pass_lm is False
+        elif hasattr(cfg, "rescore"):
+            assert cfg.rescore.first_pass_lm is False

@@ -41,3 +41,28 @@ def test_bad_input() -> None:
         word_hit_changes([["a"]], [["a"]], [])
     with pytest.raises(InputError, match="top"):
         word_hit_changes([["a"]], [["a"]], [["a"]], top=-1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(WORDS, WORDS, WORDS), min_size=1, max_size=5))
+def test_class_changes_add_up_to_the_wer_counts(rows: list) -> None:
+    from privasr.metrics import class_changes
+
+    refs, a, b = ([r[k] for r in rows] for k in range(3))
+    classes = [["vowel" if w == "a" else "consonant" for w in r] for r in refs]
+    ch = class_changes(refs, a, b, classes, order=("vowel",))
+    wa, wb = wer(refs, a, aligner="sclite"), wer(refs, b, aligner="sclite")
+    assert sum(c.ref_words for c in ch) == wa.ref_words
+    assert sum(c.errors_a for c in ch) == wa.substitutions + wa.deletions
+    assert sum(c.errors_b for c in ch) == wb.substitutions + wb.deletions
+    assert all(c.fixed - c.broken == c.net for c in ch)
+    assert [c.word_class for c in ch][:1] in ([], ["vowel"]) or "vowel" not in {c.word_class for c in ch}
+
+
+def test_class_changes_reject_misshapen_classes() -> None:
+    from privasr.metrics import class_changes
+
+    with pytest.raises(InputError, match="one class per reference word"):
+        class_changes([["a", "b"]], [["a"]], [["b"]], [["x"]])
+    with pytest.raises(InputError, match="one of each"):
+        class_changes([["a"]], [["a"]], [["a"]], [])

@@ -80,7 +80,8 @@ def inspect(
     results: Path | None = typer.Option(None, "--results", help="Also write the figures as results.json to this "
                                         "file (config, version, the input's fingerprint, metrics)."),
 ) -> None:
-    """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist.
+    """Print counts (utterances, clients, words, hyps/utt) and 1-best/oracle WER where references exist, and
+    for N-best lists how often the reference is one of the hypotheses.
 
     For a folder with several sets (e.g. dev and test), the totals pool the sets that are not systems
     scored against shared references; every set is listed under "datasets". A folder written by
@@ -112,18 +113,22 @@ def inspect(
         typer.echo(json.dumps(summary, sort_keys=False))
         return
     table = Table(title=f"privasr data inspect {path}", show_lines=False)
-    for col in ("set", "kind", "format", "utts", "clients", "speakers", "words", "hyps/utt", "1-best WER", "oracle WER"):
+    ref_col = any("ref_in_list" in p for p in parts)
+    cols = ("set", "kind", "format", "utts", "clients", "speakers", "words", "hyps/utt", "1-best WER", "oracle WER",
+            *(("ref in list",) if ref_col else ()))
+    for col in cols:
         table.add_column(col, justify="left" if col in ("set", "kind", "format") else "right")
     for p in parts:
         table.add_row(
             p["name"], p["kind"], p["format"], f"{p['utterances']:,}", f"{p['clients']:,}", f"{p['speakers']:,}",
             f"{p['words']:,}", f"{p['hyps_per_utt']:.2f}" if "hyps_per_utt" in p else "",
-            _pct(p.get("wer_1best")), _pct(p.get("wer_oracle")),
+            _pct(p.get("wer_1best")), _pct(p.get("wer_oracle")), *((_pct(p.get("ref_in_list")),) if ref_col else ()),
         )
     if len(parts) > 1:
         table.add_row("total", "", "", f"{summary['utterances']:,}", f"{summary['clients']:,}",
                       f"{summary['speakers']:,}", f"{summary['words']:,}", "",
-                      _pct(summary.get("wer_1best")), _pct(summary.get("wer_oracle")), style="bold")
+                      _pct(summary.get("wer_1best")), _pct(summary.get("wer_oracle")), *(("",) if ref_col else ()),
+                      style="bold")
     if folder is not None:
         out_console.print(f"{path}: {folder['description']}")
         for name, f in folder["files"].items():

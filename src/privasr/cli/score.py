@@ -42,7 +42,7 @@ def detect_format(path: Path) -> str:
     return detect(path, fallback="kaldi-text") or "kaldi-text"
 
 
-_NORM_HELP = ("Normaliser applied to references and hypotheses before scoring: a preset (none, asr, wer, ami) "
+_NORM_HELP = ("Normaliser applied to references and hypotheses before scoring: a preset (none, asr, wer, ami, neural) "
               "with optional overrides, e.g. 'wer,fillers=keep' (see privasr.text.normalize).")
 
 
@@ -265,6 +265,22 @@ def wer_cmd(
                       data={"ref": ref, "hyp": hyp})
 
 
+def _by_class(refs: Any, a: Any, b: Any, hyp_a: Path, hyp_b: Path) -> Any:
+    """Print and return :func:`~privasr.metrics.word_changes.class_changes` over the references' word classes."""
+    from privasr.metrics.word_changes import class_changes
+    from privasr.text.word_class import WORD_CLASSES, word_classes
+
+    rows = class_changes(refs, a, b, word_classes(refs), WORD_CLASSES)
+    table = Table(title=f"by word class of the reference words: A = {hyp_a.name}, B = {hyp_b.name}")
+    for col in ("class", "ref words", "errors A", "errors B", "fixed by A", "broken by A", "net (B - A)"):
+        table.add_column(col, justify="left" if col == "class" else "right")
+    for c in rows:
+        table.add_row(c.word_class, f"{c.ref_words:,}", f"{c.errors_a:,}", f"{c.errors_b:,}", f"{c.fixed:,}",
+                      f"{c.broken:,}", f"{c.net:+,}")
+    print_table(out_console, table)
+    return rows
+
+
 @app.command("compare")
 def compare_cmd(
     ref: Annotated[Path, typer.Argument(help="Reference transcripts (trn, Kaldi text, or N-best lists with 'ref').")],
@@ -287,6 +303,10 @@ def compare_cmd(
                                                      "added at no error (sclite -D).")] = False,
     fragments: Annotated[bool, typer.Option("--fragments", help="Fragments match the words they begin or end "
                                             "(sclite -F).")] = False,
+    by_class: Annotated[bool, typer.Option("--by-class", help="Also break the difference down by the word class "
+                                           "of the reference words (spaCy part-of-speech tags grouped as "
+                                           "privasr.text.word_class says; the ner extra): errors of A and B, "
+                                           "words A fixed and broke.")] = False,
 ) -> None:
     """Compare systems A and B on the same utterances (matched by id).
 
@@ -342,6 +362,7 @@ def compare_cmd(
                   f"[{100 * bs.ci_low:+.2f}, {100 * bs.ci_high:+.2f}] points")
     table.add_row("P(A better) over resamples", f"{bs.prob_a_better:.3f}")
     print_table(out_console, table)
+    classes = _by_class(rw, [t.words for t in a], [t.words for t in b], hyp_a, hyp_b) if by_class else None
     if out is not None:
         config = {"ref": str(ref), "hyp_a": str(hyp_a), "hyp_b": str(hyp_b), "format": fmt, "aligner": "sclite", "normalize": normalize,
                   "conventions": conv_name, "case_sensitive": conv.case_sensitive,
@@ -357,5 +378,8 @@ def compare_cmd(
             "bootstrap_difference": _num(bs.difference), "bootstrap_ci_low": _num(bs.ci_low),
             "bootstrap_ci_high": _num(bs.ci_high), "bootstrap_prob_a_better": bs.prob_a_better,
         }
+        if classes is not None:
+            config["by_class"] = "privasr.text.word_class (spaCy en_core_web_sm POS)"
+            metrics["by_class"] = [c.to_dict() for c in classes]
         write_results(out, config=config, seed=seed, metrics=metrics,
                       data={"ref": ref, "hyp_a": hyp_a, "hyp_b": hyp_b})

@@ -7,8 +7,10 @@ hypothesis ``h_k`` is aligned to ``h_0`` with sclite's alignment (:func:`privasr
 (same word, aligned). The columns (:data:`FEATURE_NAMES`) are, for word ``w_i``:
 
 * ``posterior`` -- the N-best word posterior ``sum_k p_k [h_k contains w_i]`` with hypothesis weights
-  ``p_k = softmax_k(scale * total_k)`` when every hypothesis has a ``total`` score (``-inf`` totals weigh 0),
-  else the rank prior ``p_k`` proportional to ``1 / (k + 1)``;
+  ``p_k = softmax_k(scale * total_k)`` when every hypothesis has a decoder total (``-inf`` totals weigh 0),
+  else the rank prior ``p_k`` proportional to ``1 / (k + 1)``. The decoder total is the ``total`` score, or
+  on lists without a first-pass LM score (``lm``) the ``am`` score: an end-to-end recogniser's own total
+  log-probability (Whisper's, :mod:`privasr.asr.whisper`);
 * ``agreement`` -- the fraction of hypotheses that contain ``w_i`` (uniform weights);
 * ``am_per_word``, ``lm_per_word``, ``total_per_word`` -- the 1-best's first-pass scores (natural log)
   divided by its length ``n`` (the same for every word of the utterance);
@@ -17,7 +19,8 @@ hypothesis ``h_k`` is aligned to ``h_0`` with sclite's alignment (:func:`privasr
   is given;
 * ``position`` -- ``(i - 1) / (n - 1)``: 0 for the first word, 1 for the last (0 when ``n = 1``);
 * ``utt_length`` -- ``n``;  ``nbest_size`` -- ``K``;
-* ``score_gap`` -- ``total_0 - total_1``, the first-pass margin of the 1-best over the runner-up.
+* ``score_gap`` -- ``total_0 - total_1`` (decoder totals), the first-pass margin of the 1-best over the
+  runner-up.
 
 A feature that cannot be computed (no such score, no LM, a single hypothesis, a non-finite value) is NaN;
 the classifiers handle NaN (gradient boosting natively, the MLP by mean imputation).
@@ -35,7 +38,7 @@ the classifiers handle NaN (gradient boosting natively, the MLP by mean imputati
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +56,7 @@ __all__ = [
     "labels",
     "labels_many",
     "hypothesis_weights",
+    "decoder_total",
     "stack",
 ]
 
@@ -115,11 +119,26 @@ class WordFeatures:
         return len(self.words)
 
 
+def decoder_total(scores: Mapping[str, float]) -> float | None:
+    """A hypothesis's decoder total: its ``total`` score, else its ``am`` score when it has no first-pass LM
+    score (an end-to-end recogniser's total log-probability), else ``None``.
+
+    >>> decoder_total({"am": -3.0, "lm": -1.0, "total": -4.0}), decoder_total({"am": -3.0})
+    (-4.0, -3.0)
+    >>> decoder_total({"am": -3.0, "lm": -1.0}) is None
+    True
+    """
+    total = scores.get("total")
+    if total is not None:
+        return total
+    return scores.get("am") if "lm" not in scores else None
+
+
 def hypothesis_weights(nb: NBest, scale: float = 1.0) -> np.ndarray:
     """The weight of each hypothesis in the word posterior: ``softmax(scale * total)`` or the rank prior.
 
-    The rank prior ``p_k`` proportional to ``1 / (k + 1)`` is used unless every hypothesis has a ``total`` score
-    and at least one is finite.
+    The rank prior ``p_k`` proportional to ``1 / (k + 1)`` is used unless every hypothesis has a decoder total
+    (:func:`decoder_total`) and at least one is finite.
 
     >>> from privasr.corpus.records import Hypothesis, NBest
     >>> h = lambda t, s=None: Hypothesis.from_text(t, scores={} if s is None else {"total": s})
@@ -131,7 +150,7 @@ def hypothesis_weights(nb: NBest, scale: float = 1.0) -> np.ndarray:
     k = len(nb.hyps)
     if k == 0:
         return np.zeros(0)
-    totals = [h.scores.get("total") for h in nb.hyps]
+    totals = [decoder_total(h.scores) for h in nb.hyps]
     if all(t is not None for t in totals):
         t = np.asarray(totals, dtype=np.float64) * float(scale)
         if np.isfinite(t).any():
@@ -153,7 +172,7 @@ def _score(nb: NBest, name: str) -> float:
 def _gap(nb: NBest) -> float:
     if len(nb.hyps) < 2:
         return math.nan
-    a, b = nb.hyps[0].scores.get("total"), nb.hyps[1].scores.get("total")
+    a, b = decoder_total(nb.hyps[0].scores), decoder_total(nb.hyps[1].scores)
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
         return math.nan
     return a - b

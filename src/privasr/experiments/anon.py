@@ -107,6 +107,8 @@ the full example)::
     eval: {bootstrap_resamples: 1000}
     cache_dir: null                   # trained models and entity spans (null: OUT/cache)
     export_arpa: false                # write OUT/arpa/*.arpa for first-pass decoding
+    normalize: null                   # a normaliser run after the ami preset on every text (training turns, pool,
+                                      # dev text): neural for a neural recogniser's lists (Whisper's)
 
 :func:`load_anon_config` validates everything (unknown keys, types, ranges, files) before any work.
 """
@@ -398,6 +400,7 @@ class AnonRunConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     cache_dir: Path | None = None
     export_arpa: bool = False
+    normalize: Any = None
 
     @property
     def system(self) -> str:
@@ -428,6 +431,13 @@ class AnonRunConfig:
 
     def __config_check__(self, where: str, ctx: Context) -> AnonRunConfig:
         _neural_models()
+        if self.normalize is not None:
+            from privasr.text.normalize import Normalizer
+
+            try:
+                Normalizer.from_spec(self.normalize)
+            except ConfigError as e:
+                raise ConfigError(f"config key 'normalize': {e.message}", expected=e.expected) from None
         size, sizes = self.mix_size, self.adaptation.sizes
         if not any(abs(size - s) < 1e-12 for s in sizes):
             raise ConfigError(f"config key 'mix.size' is {size!r}", expected=f"one of adaptation.sizes {list(sizes)}")
@@ -728,6 +738,17 @@ class _Models:
     mix: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Then:
+    """Two normalisers in turn (the ``ami`` preset, then ``normalize``); entity placeholders survive both."""
+
+    first: Any
+    then: Any
+
+    def __call__(self, words: Sequence[str]) -> tuple[str, ...]:
+        return tuple(self.then(self.first(words)))
+
+
 def load_data(cfg: AnonRunConfig) -> _Data:
     """Stage 1: the AMI_proprec train split cut into training meetings and the clean pool, the dev text, and the
     dev and test N-best sets (references and am scores required, meetings outside the training split)."""
@@ -741,7 +762,9 @@ def load_data(cfg: AnonRunConfig) -> _Data:
     for d in (train_dir, dev_dir):
         if not d.is_dir():
             raise InputError("no such AMI_proprec split folder", path=d, expected="train/ and dev/ sub-folders")
-    norm = Normalizer.preset("ami", vocabulary=frozenset(load_cmudict()))
+    norm: Any = Normalizer.preset("ami", vocabulary=frozenset(load_cmudict()))
+    if cfg.normalize is not None:
+        norm = _Then(norm, Normalizer.from_spec(cfg.normalize))
     all_train = list(read_ami_hmnet(train_dir))
     meetings = [t.client or "" for t in all_train]
     train_meetings, pool_meetings = split_meetings(meetings, cfg.pool.fraction, cfg.seed)

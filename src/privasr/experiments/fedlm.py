@@ -89,9 +89,11 @@ strings may use ``${PRIVASR_DATA}``)::
     federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
     compare_all: true
     tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
-    rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false}
+    rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false,
+              first_pass_lm: true}
                                       # coordinate descent (coarse_points >= 2, restarts >= 1); ranges: PARAM:
-                                      # [min, max, step] for lm, nnlm (every NNLM weight), word_penalty
+                                      # [min, max, step] for lm, nnlm (every NNLM weight), word_penalty;
+                                      # first_pass_lm: false for lists without an "lm" score (Whisper's)
     eval: {bootstrap_resamples: 1000, every: 0}   # every: the main run's perplexity every N rounds (0: never)
 """
 
@@ -259,9 +261,12 @@ class RescoreSettings(CoordinateSettings):
     """``rescore``: the coordinate-descent weight search of N-best rescoring, and ``with_baseline``.
 
     ``ranges``: ``PARAM: [min, max, step]`` (``lm``, ``nnlm`` -- every NNLM weight --, ``word_penalty``).
+    ``first_pass_lm: false`` leaves the first-pass LM score out (lists of an end-to-end recogniser, e.g. Whisper's,
+    carry none).
     """
 
     with_baseline: bool = False
+    first_pass_lm: bool = True
 
     @property
     def search(self) -> SearchSettings:
@@ -878,7 +883,7 @@ def _rescore(cfg: FedLmRunConfig, lms: Mapping[str, Any], dev: Sequence[Any], te
 
     dev_table = score_table(dev, lms)
     test_table = score_table(test, lms)
-    comb = Combination(prior="am", lms=("lm", *lms))
+    comb = Combination(prior="am", lms=(("lm",) if cfg.rescore.first_pass_lm else ()) + tuple(lms))
     search = cfg.rescore.search
     ranges = dict(search.ranges)
     if "nnlm" in ranges:  # every NNLM weight takes the configured NNLM range

@@ -519,6 +519,20 @@ def background_text(cfg: FmpRunConfig) -> tuple[str, ...]:
     return ("generic-train",)
 
 
+def background_normalize(cfg: FmpRunConfig) -> Any:
+    """The normaliser of the background text: the LM's training normaliser when the background is the LM's
+    training text (so ``u(w)`` counts the words the LM was trained on, e.g. contractions expanded by ``neural``),
+    else none (a named source keeps its own convention, a text file is read as it is)."""
+    assert cfg.nnlm is not None
+    if cfg.background:
+        return None
+    if cfg.nnlm.neural is not None and cfg.nnlm.neural.train is not None:
+        return cfg.nnlm.neural.train.normalize
+    if cfg.nnlm.train is not None:
+        return cfg.nnlm.train.normalize
+    return None
+
+
 def arpa_unigram(model: Any, vocab: Any) -> np.ndarray:
     """``u(w)`` from an n-gram model's unigram probabilities over ``vocab``: each word's ``P(w)``, words the
     model lacks get its ``<unk>`` probability (or its smallest unigram probability), ``<s>`` the smallest;
@@ -559,9 +573,10 @@ def background(cfg: FmpRunConfig, vocab: Any) -> tuple[np.ndarray, list[tuple[st
         model = read_arpa(Path(expand_vars(srcs[0])))
         info = {"sources": list(srcs), "kind": "arpa unigrams", "words": len(model.vocab), "files": files}
         return arpa_unigram(model, vocab), None, info
+    norm = background_normalize(cfg)
     sents: list[tuple[str, ...]] = []
     for s in srcs:
-        sents.extend(load_text(s if s in TEXT_SOURCES else expand_vars(s)))
+        sents.extend(load_text(s if s in TEXT_SOURCES else expand_vars(s), normalize=norm))
     if not sents:
         raise InputError("the background text is empty", path=", ".join(srcs),
                          expected="sentences for the background unigram u(w)")

@@ -25,7 +25,7 @@ from privasr.metrics.mapsswe import (
 from privasr.metrics.oracle import onebest_wer, oracle_indices, oracle_wer
 from privasr.metrics.perplexity import OOV, ZEROPROB, PplStats, corpus_stats, format_ppl, sentence_stats
 from privasr.metrics.wer import WerResult, error_rate, wer, wer_from_alignments, wer_from_counts
-from privasr.metrics.word_changes import WordHitChanges, word_hit_changes
+from privasr.metrics.word_changes import ClassChanges, WordHitChanges, class_changes, word_hit_changes
 
 __all__ = [
     "SCLITE_WEIGHTS", "Alignment", "align", "align_many",
@@ -34,5 +34,5 @@ __all__ = [
     "onebest_wer", "oracle_indices", "oracle_wer",
     "OOV", "ZEROPROB", "PplStats", "corpus_stats", "format_ppl", "sentence_stats",
     "WerResult", "error_rate", "wer", "wer_from_alignments", "wer_from_counts",
-    "WordHitChanges", "word_hit_changes",
+    "WordHitChanges", "word_hit_changes", "ClassChanges", "class_changes",
 ]

@@ -31,7 +31,8 @@ def _ids(values: Sequence[str | None]) -> int:
 
 
 def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -> dict[str, Any]:
-    """Counts of an N-best set; ``wer_1best``/``wer_oracle`` when every utterance has a reference.
+    """Counts of an N-best set; ``wer_1best``/``wer_oracle`` and ``ref_in_list`` (the share of utterances whose
+    non-empty reference is one of the hypotheses) when every utterance has a reference.
 
     ``words`` counts reference words when all references are known, else 1-best words. A
     ``normalizer`` is applied to references and hypotheses before scoring (not to the counts of
@@ -61,6 +62,8 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
         out["wer_1best"] = one.wer
         out["wer_oracle"] = orc.wer
         out["errors_1best"] = {"sub": one.substitutions, "del": one.deletions, "ins": one.insertions}
+        # how often the reference itself is in the list (what a perfect LM could pick; non-empty references)
+        out["ref_in_list"] = (sum(bool(nb.ref) and any(h.words == nb.ref for h in nb) for nb in normed) / n)
     else:
         out["words"] = sum(len(nb.best) for nb in nbests)
     return out

@@ -13,9 +13,10 @@ and ``fedlm run``) is one of::
     NAME: {neural: {checkpoint: PATH, device: cpu, batch_tokens: 4096, spread_unk: true}}
                                     # a neural LM checkpoint (privasr lm train-neural), or
     NAME: {neural: {train: {text: ami-train, valid: ami-dev, preset: small-lstm, model: {}, options: {},
-                            seed: 0, max_sentences: null}}}
+                            seed: 0, max_sentences: null, normalize: null}}}
                                     # trained on the fly with privasr.lm.neural.train.train_lm (model: config
-                                    # overrides of the preset; options: TrainOptions fields), cached as
+                                    # overrides of the preset; options: TrainOptions fields; normalize: a
+                                    # normaliser run on top of both texts, e.g. neural), cached as
                                     # CACHE/NAME.pt + NAME.json and reused while the spec matches
     NAME: {onnx: DIR}               # an export folder of privasr lm export (ONNX, fp32 or int8; the `onnx`
     NAME: {onnx: {dir: DIR, threads: 1, batch_tokens: 1024, spread_unk: true, graph_optimization: all}}
@@ -101,8 +102,13 @@ class NeuralTrainSettings:
     options: dict[str, Any] = field(default_factory=dict)
     seed: int = setting(0, min=0)
     max_sentences: int | None = setting(None, min=1)
+    normalize: Any = None
 
     def __config_check__(self, where: str, ctx: Context) -> NeuralTrainSettings:
+        if self.normalize is not None:
+            from privasr.text.normalize import Normalizer
+
+            Normalizer.from_spec(self.normalize)  # validates
         text = _text_source(self.text, f"{where}.text", ctx)
         valid = _text_source(self.valid, f"{where}.valid", ctx)
         try:
@@ -352,10 +358,11 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
         from privasr.lm.neural.models import NeuralLMConfig
 
         t = nspec["train"]
-        sents = load_text(t["text"], data=data)
+        norm = t.get("normalize")
+        sents = load_text(t["text"], data=data, normalize=norm)
         if t["max_sentences"] is not None:
             sents = sents[: t["max_sentences"]]
-        valid = load_text(t["valid"], data=data)
+        valid = load_text(t["valid"], data=data, normalize=norm)
         if not sents:
             raise InputError(f"language model {spec.name}: the training text is empty", path=t["text"])
         config = NeuralLMConfig.preset(t["preset"]).replace(**t["model"])
@@ -365,6 +372,8 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
                "max_sentences": t["max_sentences"], "trainer": "privasr.lm.neural.train.train_lm",
                "vocab_records_unk_types": True,
                "version": __version__}
+        if norm is not None:  # only when set: the keys of models trained before the option stay valid
+            key["normalize"] = norm
         info.update(sentences=len(sents), tokens=sum(map(len, sents)), text_s=time.perf_counter() - t0)
         ckpt = meta = None
         if cache_dir is not None:
