@@ -90,8 +90,14 @@ def run(
                                               help="Keep the first-pass LM score in the combination."),
     method: str | None = typer.Option(None, "--method", help="Weight search: coordinate, grid or fixed."),
     fmt: str | None = typer.Option(None, "--format", help="Reader format of the N-best files (default: detected)."),
+    folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings: pool dev and test, cut "
+                                     "their meetings into K folds, tune on K-1 and rescore the K-th, rotating "
+                                     "(config key folds; privasr.experiments.rescore_folds)."),
 ) -> None:
-    """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI."""
+    """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI.
+
+    With --folds K every meeting of dev and test is rescored once, by weights tuned without it; the report gives
+    each fold, the pooled figures and their spread across folds and meetings."""
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.rescore import load_config, run_rescore
     from privasr.outputs import check_output_dir, output_dir
@@ -103,12 +109,25 @@ def run(
     if config is None:
         raw.setdefault("name", f"ad hoc: {nbest}")
     flags = flags_to_overrides(nbest, dev, lm, prior, mode, first_pass_lm, method, fmt)
-    raw = apply_overrides(raw, {**flags, **parse_overrides(overrides)})
+    raw = apply_overrides(raw, {**flags, **parse_overrides(overrides), **({"folds": folds} if folds is not None
+                                                                          else {})})
     try:
         cfg = load_config(raw)
     except InputError as e:  # name the config file when the problem is in it
         raise (e.at(config) if config is not None else e) from None
     console = make_console(stderr=True)
+    if cfg.folds is not None:
+        from privasr.experiments.rescore_folds import run_rescore_folds
+
+        with output_dir(out), console.status(f"rescoring ({cfg.name}), {cfg.folds} folds"):
+            metrics = run_rescore_folds(cfg, out, argv=_command_line())
+        make_console().print(
+            f"pooled over {cfg.folds} folds: test WER {100 * metrics['wer']:.2f}% (baseline "
+            f"{100 * metrics['wer_baseline']:.2f}%, relative {100 * metrics['wer_rel_change']:+.2f}%, MAPSSWE p = "
+            f"{metrics['mapsswe_p']:.3g}); folds {100 * metrics['fold_rel_change_min']:+.2f}% to "
+            f"{100 * metrics['fold_rel_change_max']:+.2f}%, {metrics['folds_improved']} of {cfg.folds} improve\n"
+            f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        return
     with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
     print_warnings(metrics)

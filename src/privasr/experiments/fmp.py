@@ -50,7 +50,8 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
     background: null                  # u(w)'s source: a text file, a list of text files, a named text source
                                       # (privasr.corpus.sources: generic-train, gutenberg, ...) or one ARPA
                                       # file (its unigram probabilities; not with order 2 or tables.bigram);
-                                      # default: the LM's training text, else an ARPA base model's
+                                      # default: the LM's training text (normalised as the LM's
+                                      # training was: its normalize), else an ARPA base model's
                                       # unigrams (without bigrams), else generic-train
     combine: {prior: am, first_pass_lm: true}   # prior: am | rank | uniform
     search:                           # the baseline's weights, coordinate descent on dev

@@ -60,6 +60,8 @@ is :class:`RescoreConfig`, read with :mod:`privasr.config`)::
       nbest: test.rescored.jsonl.gz   # rescored test lists (null: not written)
       lm_cache: null                  # folder for trained LMs (default OUT/lm)
     lm_batch_size: 4096
+    folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled
+                                      # (privasr.experiments.rescore_folds; privasr rescore run --folds K)
 
 Strings may use ``${PRIVASR_DATA}`` (:func:`privasr.config.expand_vars`). Relative paths are relative to the
 working directory. :func:`load_config` validates everything (unknown keys, types, ranges, files) before any
@@ -72,7 +74,7 @@ work. Default search ranges: :func:`privasr.rescore.search.default_ranges`.
 >>> load_config({"data": {"test": "t.jsonl"}, "serach": {}}, check_files=False)
 Traceback (most recent call last):
 ...
-privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, label, lm_batch_size, lms, name, output, search, seed)
+privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, folds, label, lm_batch_size, lms, name, output, search, seed)
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ class RescoreConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     lm_batch_size: int = setting(4096, min=1)
+    folds: int | None = setting(None, min=2)
 
     @property
     def system(self) -> str:
@@ -572,6 +575,9 @@ def run_rescore(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | No
     from privasr.plots import plots_section
     from privasr.results import write_results
 
+    if cfg.folds is not None:
+        raise ConfigError("config key 'folds' is set: a cross-validated run is "
+                          "privasr.experiments.rescore_folds.run_rescore_folds", expected="folds: null here")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()

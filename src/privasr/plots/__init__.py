@@ -12,7 +12,8 @@ its numbers, so one function serves every runner that writes that part:
 * :func:`~privasr.plots.sweeps.table_sweeps`: ``tables`` (WER against T, sigma, epsilon, noise, ...);
 * :func:`~privasr.plots.reliability.reliability_diagram`: ``reliability`` (the confidence model);
 * :func:`~privasr.plots.systems.system_wers`, :func:`~privasr.plots.systems.client_spread`,
-  :func:`~privasr.plots.systems.seed_pairs`: WER by system, over clients, over seeds;
+  :func:`~privasr.plots.systems.seed_pairs`, :func:`~privasr.plots.systems.fold_spread`: WER by system, over
+  clients, over seeds, over cross-validation folds;
 * :func:`~privasr.plots.audit.roc_curves`, :func:`~privasr.plots.audit.exposure_curves`,
   :func:`~privasr.plots.audit.epsilon_bounds`: the privacy audit's ``sections``;
 * :func:`~privasr.plots.audit.name_survival`: planted names surviving anonymisation per shape (``privasr anon
@@ -48,14 +49,14 @@ from privasr.plots.audit import epsilon_bounds, exposure_curves, name_survival, 
 from privasr.plots.curves import ftl_convergence, round_curves
 from privasr.plots.reliability import reliability_diagram
 from privasr.plots.sweeps import table_sweeps
-from privasr.plots.systems import client_spread, seed_pairs, system_wers
+from privasr.plots.systems import client_spread, fold_spread, seed_pairs, system_wers
 
 __all__ = ["KINDS", "Plot", "PlotsUnavailable", "Run", "draw", "markdown", "plots_section", "read_results"]
 
 log = logging.getLogger("privasr.plots")
 
 KINDS: tuple[Callable[[Sequence[Run]], list[Plot]], ...] = (
-    system_wers, client_spread, seed_pairs, round_curves, ftl_convergence, table_sweeps, reliability_diagram,
+    system_wers, client_spread, seed_pairs, fold_spread, round_curves, ftl_convergence, table_sweeps, reliability_diagram,
     roc_curves, exposure_curves, epsilon_bounds, name_survival)
 """Every kind of plot, in the order a report shows them."""
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from privasr.plots._figure import Plot, Run, figure, legend, number, rows_of
+from privasr.plots._figure import Plot, Run, figure, legend, number, rows_of, series_label
 
-__all__ = ["system_wers", "client_spread", "seed_pairs"]
+__all__ = ["system_wers", "client_spread", "seed_pairs", "fold_spread"]
 
 _WER_KEY = re.compile(r"^wer(_[a-z0-9_]+)?$")
 _NOT_A_SYSTEM = ("rel_change", "lost", "counts", "range")
@@ -245,3 +245,55 @@ def seed_pairs(runs: Sequence[Run]) -> list[Plot]:
         x.grid(axis="y", alpha=0.3)
     legend(ax)
     return [Plot("compare", "Two systems over several runs (seeds)", fig)]
+
+
+def fold_spread(runs: Sequence[Run]) -> list[Plot]:
+    """Cross-validation folds (``folds`` rows with ``wer``, ``wer_baseline`` and ``wer_rel_change``, as
+    ``privasr rescore run --folds K`` writes): each fold's baseline and system WER, and each fold's relative
+    change beside the pooled one with its bootstrap interval over meetings. ``[]`` without such rows.
+
+    >>> res = {"metrics": {"wer_rel_change": -0.1, "wer_baseline": 0.2, "meeting_bootstrap_ci_low": -0.03,
+    ...                    "meeting_bootstrap_ci_high": -0.01},
+    ...        "folds": [{"fold": 0, "wer": 0.18, "wer_baseline": 0.2, "wer_rel_change": -0.1}]}
+    >>> [p.name for p in fold_spread([("", res)])]
+    ['folds']
+    """
+    found = [(label, res) for label, res in runs
+             if rows_of(res.get("folds")) and all(number(r.get("wer_rel_change")) is not None
+                                                  for r in rows_of(res["folds"]))]
+    if not found:
+        return []
+    fig, (ax, rel) = figure(2, width=6.0, height=3.8)
+    for i, (label, res) in enumerate(found):
+        rows = rows_of(res["folds"])
+        xs = [int(number(r.get("fold")) or k) for k, r in enumerate(rows)]
+        off = 0.15 * i
+        ax.plot([x + off for x in xs], [100 * (number(r.get("wer_baseline")) or 0.0) for r in rows], "s--",
+                color=f"C{i}", alpha=0.6, label=f"{series_label(label, 'baseline')}")
+        ax.plot([x + off for x in xs], [100 * (number(r.get("wer")) or 0.0) for r in rows], "o-", color=f"C{i}",
+                label=f"{series_label(label, 'system')}")
+        rel.bar([x + off for x in xs], [100 * (number(r["wer_rel_change"]) or 0.0) for r in rows], width=0.3,
+                color=f"C{i}", alpha=0.6, label=series_label(label, "fold"))
+        m = res.get("metrics") or {}
+        pooled, base = number(m.get("wer_rel_change")), number(m.get("wer_baseline"))
+        if pooled is not None:
+            rel.axhline(100 * pooled, color=f"C{i}", linestyle="-", linewidth=1.2,
+                        label=series_label(label, "pooled"))
+            lo, hi = number(m.get("meeting_bootstrap_ci_low")), number(m.get("meeting_bootstrap_ci_high"))
+            if lo is not None and hi is not None and base:
+                rel.axhspan(100 * lo / base, 100 * hi / base, color=f"C{i}", alpha=0.12,
+                            label=series_label(label, "95% interval over meetings"))
+    ticks = sorted({int(number(r.get("fold")) or k) for _, res in found for k, r in enumerate(rows_of(res["folds"]))})
+    for a in (ax, rel):
+        a.set_xticks(ticks)
+    ax.set_xlabel("fold")
+    ax.set_ylabel("test WER of the fold's meetings (%)")
+    ax.set_title("baseline and system per fold")
+    rel.axhline(0, color="black", linestyle=":", linewidth=0.9)
+    rel.set_xlabel("fold")
+    rel.set_ylabel("relative WER change (%)")
+    rel.set_title("relative change per fold and pooled")
+    for a in (ax, rel):
+        a.grid(axis="y", alpha=0.3)
+        legend(a)
+    return [Plot("folds", "Cross-validation over meetings: each fold and the pooled change", fig)]

@@ -1,0 +1,236 @@
+"""Cross-validated N-best rescoring behind ``privasr rescore run --folds K`` (config ``folds: K``).
+
+A single dev/test split rests on one choice of meetings. With ``folds: K`` the dev and test sets are pooled and
+their meetings (``client``) cut into ``K`` folds (:func:`privasr.corpus.folds.client_folds`, deterministic from
+``seed``). Fold ``k`` tunes the system and its baseline on the other folds' meetings only, exactly as
+:func:`privasr.experiments.rescore.tune_weights` does on a dev set, and rescores its own meetings with those
+weights. The LMs are loaded or trained once (the cache of a plain run is reused) and every distinct hypothesis
+is scored once per LM for all folds.
+
+Every utterance is thus rescored once, by weights tuned without its meeting. The report gives:
+
+* per fold: its meetings, test WER of the system and the baseline, relative change, MAPSSWE p, the weights;
+* pooled over the folds (every utterance once): WER, relative change, MAPSSWE p (sclite's segments over the
+  concatenated outputs) and a paired bootstrap over utterances;
+* the spread: the folds' smallest and largest relative change, how many folds improved, and a bootstrap
+  interval over **meetings** (meetings resampled with replacement: the interval a new set of meetings would
+  see), plus each meeting's WER under both systems (``per_client``, plotted).
+
+The baseline is the config's (``eval.baseline_lms``; else the first-pass 1-best). An LM whose training or early
+stopping used the text of a meeting in these folds (e.g. an NNLM validated on ``ami-dev`` when the dev meetings
+are pooled in) is the config's responsibility; the report lists the LMs' sources.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privasr import __version__
+from privasr.config import to_dict
+from privasr.corpus.folds import Fold, client_folds, split_fold
+from privasr.corpus.records import NBest
+from privasr.errors import ConfigError, InputError
+from privasr.experiments.rescore import (
+    RescoreConfig,
+    _Data,
+    _Scores,
+    build_lms,
+    load_data,
+    tune_weights,
+)
+from privasr.rescore.combine import LMScoreCache, score_table, select
+
+__all__ = ["run_rescore_folds", "pooled_records"]
+
+
+def pooled_records(data: _Data) -> list[NBest]:
+    """Dev and test together (every utterance once), each with a reference and a client.
+
+    Raises:
+        InputError: an utterance id repeats, an utterance has no reference, or none has a client.
+    """
+    recs = [*(data.dev or []), *data.test]
+    seen: set[str] = set()
+    for nb in recs:
+        if nb.utt_id in seen:
+            raise InputError(f"utterance {nb.utt_id} is in both dev and test (or twice)",
+                             expected="disjoint dev and test sets to pool into folds")
+        seen.add(nb.utt_id)
+        if nb.ref is None:
+            raise InputError(f"utterance {nb.utt_id} has no reference", expected="references on every utterance: "
+                                                                               "each fold tunes and tests on them")
+    return recs
+
+
+def _words(recs: Sequence[NBest], choice: np.ndarray) -> list[tuple[str, ...]]:
+    return [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(recs, choice, strict=True)]
+
+
+def _fold(cfg: RescoreConfig, fold: Fold, recs: Sequence[NBest], caches: Mapping[str, LMScoreCache],
+          have_lms: bool) -> dict[str, Any]:
+    """Tune on the fold's dev meetings, rescore its test meetings: the chosen words and the fold's figures."""
+    from privasr.metrics import mapsswe, wer
+
+    dev, test = split_fold(recs, fold, what="pooled dev and test sets")
+    scores = _Scores(dict(caches), score_table(dev, caches), score_table(test, caches))
+    tuning = tune_weights(cfg, _Data(dev, test), scores, have_lms)
+    table = scores.test
+    words = _words(test, select(table, cfg.combination.totals(table, tuning.weights)))
+    base = [nb.best.words for nb in test]
+    if tuning.baseline is not None and tuning.bl_comb is not None:
+        base = _words(test, select(table, tuning.bl_comb.totals(table, tuning.baseline.weights)))
+    refs = [nb.ref or () for nb in test]
+    w, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
+    mp = mapsswe(refs, words, base, ids=[nb.utt_id for nb in test])
+    return {"fold": fold.index, "dev_clients": list(fold.dev), "test_clients": list(fold.test),
+            "test_utterances": len(test), "dev_utterances": len(dev), "wer": w.wer, "wer_baseline": wb.wer,
+            "wer_rel_change": (w.wer - wb.wer) / wb.wer if wb.wer > 0 else None, "mapsswe_p": mp.p,
+            "weights": dict(tuning.weights),
+            "weights_baseline": dict(tuning.baseline.weights) if tuning.baseline is not None else None,
+            "dev_errors_tuned": tuning.result.errors if tuning.result is not None else None,
+            "_test": test, "_words": words, "_base": base}
+
+
+def _per_client(test: Sequence[NBest], words: Sequence[Any], base: Sequence[Any], fold_of: Mapping[str, int],
+                ) -> list[dict[str, Any]]:
+    from privasr.metrics import wer
+
+    rows: dict[str, list[int]] = {}
+    refs = [nb.ref or () for nb in test]
+    wa, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
+    for nb, ea, eb, n in zip(test, wa.utt_errors, wb.utt_errors, wa.utt_ref_words, strict=True):
+        r = rows.setdefault(str(nb.client), [0, 0, 0, 0])
+        r[0] += int(ea)
+        r[1] += int(eb)
+        r[2] += int(n)
+        r[3] += 1
+    return [{"client": c, "fold": fold_of[c], "utterances": r[3], "ref_words": r[2],
+             "wer_baseline": r[1] / r[2] if r[2] else None, "wer_rescored": r[0] / r[2] if r[2] else None}
+            for c, r in sorted(rows.items())]
+
+
+def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run a validated config with ``folds: K`` (module docstring); write ``out/results.json`` and
+    ``out/report.md`` (and plots). Returns the metrics written to ``results.json``.
+
+    Raises:
+        ConfigError: ``folds`` unset, or fewer meetings than folds.
+        InputError: overlapping dev and test, utterances without a reference or a client.
+    """
+    from privasr.metrics import mapsswe, paired_bootstrap, wer
+    from privasr.plots import plots_section
+    from privasr.results import write_results
+
+    if cfg.folds is None:
+        raise ConfigError("run_rescore_folds needs folds", expected="folds: K (an integer >= 2)")
+    if cfg.search.method == "fixed":
+        raise ConfigError("folds with search.method: fixed", expected="tuned weights (coordinate or grid)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    data = load_data(cfg)
+    recs = pooled_records(data)
+    folds = client_folds((str(nb.client) for nb in recs if nb.client is not None), cfg.folds, seed=cfg.seed)
+    lms, lm_info = build_lms(cfg, out, data)
+    caches = {n: LMScoreCache(lm, batch_size=cfg.lm_batch_size) for n, lm in lms.items()}
+    t_lm = time.perf_counter()
+    rows = [_fold(cfg, f, recs, caches, bool(lms)) for f in folds]
+    test = [nb for r in rows for nb in r.pop("_test")]
+    words = [w for r in rows for w in r.pop("_words")]
+    base = [w for r in rows for w in r.pop("_base")]
+    refs = [nb.ref or () for nb in test]
+    w, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
+    mp = mapsswe(refs, words, base, ids=[nb.utt_id for nb in test])
+    bs = paired_bootstrap(w.utt_errors, wb.utt_errors, w.utt_ref_words, seed=cfg.seed,
+                          resamples=cfg.eval.bootstrap_resamples, confidence=cfg.eval.confidence)
+    fold_of = {c: f.index for f in folds for c in f.test}
+    per_client = _per_client(test, words, base, fold_of)
+    mb = paired_bootstrap([round(r["wer_rescored"] * r["ref_words"]) for r in per_client],
+                          [round(r["wer_baseline"] * r["ref_words"]) for r in per_client],
+                          [r["ref_words"] for r in per_client], seed=cfg.seed,
+                          resamples=cfg.eval.bootstrap_resamples, confidence=cfg.eval.confidence)
+    rels = [r["wer_rel_change"] for r in rows if r["wer_rel_change"] is not None]
+    metrics: dict[str, Any] = {
+        "folds": cfg.folds, "wer": w.wer, "wer_baseline": wb.wer,
+        "wer_rel_change": (w.wer - wb.wer) / wb.wer if wb.wer > 0 else None,
+        "mapsswe_p": mp.p, "mapsswe_log10_p": mp.log10_p, "mapsswe_z": mp.z,
+        "bootstrap_diff": bs.difference, "bootstrap_ci_low": bs.ci_low, "bootstrap_ci_high": bs.ci_high,
+        "bootstrap_confidence": bs.confidence, "bootstrap_resamples": bs.resamples,
+        "meeting_bootstrap_ci_low": mb.ci_low, "meeting_bootstrap_ci_high": mb.ci_high,
+        "meeting_bootstrap_prob_improvement": mb.prob_a_better,
+        "fold_rel_change_min": min(rels) if rels else None, "fold_rel_change_max": max(rels) if rels else None,
+        "folds_improved": sum(1 for r in rels if r < 0),
+        "test_utterances": len(test), "test_clients": len(per_client), "test_ref_words": w.ref_words,
+        "wer_system": cfg.system,
+        "wer_baseline_system": (f"rescoring with {', '.join(('lm',) if 'lm' in cfg.combination.lms else ())}"
+                                f"{', ' if 'lm' in cfg.combination.lms else ''}"
+                                f"{', '.join(cfg.eval.baseline_lms)} (tuned per fold)"
+                                if cfg.eval.baseline_lms else "first-pass 1-best"),
+        "lm_s": t_lm - t0, "total_s": time.perf_counter() - t0,
+    }
+    extra = {"lms": lm_info, "folds": rows, "fold_split": [f.to_dict() for f in folds], "per_client": per_client,
+             "command": list(argv) if argv else None}
+    write_results(out, runner="rescore-folds", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
+                  data=data.fingerprints, extra=extra)
+    (out / "report.md").write_text(_report(cfg, metrics, rows, per_client, lm_info, argv) + plots_section(out),
+                                   encoding="utf-8")
+    return metrics
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.2f}%"
+
+
+def _rel(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.2f}%"
+
+
+def _report(cfg: RescoreConfig, m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+            per_client: Sequence[Mapping[str, Any]], lm_info: Mapping[str, Any], argv: Sequence[str] | None) -> str:
+    lines = [f"# N-best rescoring, {m['folds']}-fold cross-validation over meetings: {cfg.name}", ""]
+    if argv:
+        lines += ["Command: `" + " ".join(argv) + "`", ""]
+    lines += [f"Dev `{cfg.data.dev}` and test `{cfg.data.test or cfg.data.nbest}` pooled: {m['test_utterances']:,} "
+              f"utterances of {m['test_clients']} meetings in {m['folds']} folds (seed {cfg.seed}). Each fold tunes "
+              f"{cfg.system} and the baseline ({m['wer_baseline_system']}) on the other folds' meetings and "
+              "rescores its own.", "",
+              "| fold | test meetings | utterances | baseline WER | system WER | rel. change | MAPSSWE p |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['fold']} | {' '.join(r['test_clients'])} | {r['test_utterances']:,} | "
+                     f"{_pct(r['wer_baseline'])} | {_pct(r['wer'])} | {_rel(r['wer_rel_change'])} | "
+                     f"{r['mapsswe_p']:.3g} |")
+    lines += [f"| **pooled** | all {m['test_clients']} | {m['test_utterances']:,} | {_pct(m['wer_baseline'])} | "
+              f"**{_pct(m['wer'])}** | **{_rel(m['wer_rel_change'])}** | **{m['mapsswe_p']:.3g}** |", "",
+              f"Spread: the folds' relative change runs from {_rel(m['fold_rel_change_min'])} to "
+              f"{_rel(m['fold_rel_change_max'])}; {m['folds_improved']} of {m['folds']} folds improve. "
+              f"Bootstrap {100 * m['bootstrap_confidence']:.0f}% CI of WER(system) - WER(baseline), in points: over "
+              f"utterances [{100 * m['bootstrap_ci_low']:+.2f}, {100 * m['bootstrap_ci_high']:+.2f}], over meetings "
+              f"[{100 * m['meeting_bootstrap_ci_low']:+.2f}, {100 * m['meeting_bootstrap_ci_high']:+.2f}] "
+              f"({m['bootstrap_resamples']} resamples).", "",
+              "| meeting | fold | utterances | baseline WER | system WER |", "|---|---:|---:|---:|---:|"]
+    for c in per_client:
+        lines.append(f"| {c['client']} | {c['fold']} | {c['utterances']} | {_pct(c['wer_baseline'])} | "
+                     f"{_pct(c['wer_rescored'])} |")
+    lines += ["", "Weights per fold: " + "; ".join(
+        f"{r['fold']}: " + ", ".join(f"{k} {v:g}" for k, v in r["weights"].items() if isinstance(v, int | float))
+        for r in rows), ""]
+    if lm_info:
+        lines += ["LMs: " + "; ".join(f"{n} ({_source(i)})" for n, i in lm_info.items()), ""]
+    lines += [f"privasr {__version__}; {m['total_s']:.1f} s. WER with the sclite aligner.", ""]
+    return "\n".join(lines)
+
+
+def _source(info: Mapping[str, Any]) -> str:
+    if "neural" in info:
+        t = info["neural"].get("train")
+        return f"neural, trained on {t['text']}, early stopping on {t['valid']}" if t else "neural checkpoint"
+    if "train" in info:
+        return f"trained on {info['train']['text']}"
+    return str(info.get("arpa", "ARPA"))
