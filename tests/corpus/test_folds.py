@@ -49,3 +49,17 @@ def test_split_fold_keeps_order_and_names_strays():
         split_fold([Transcript("x", ("w",), client="z")], fold)
     with pytest.raises(InputError, match="no client"):
         split_fold([Transcript("x", ("w",))], fold)
+
+
+def test_series_folds_keep_a_series_on_one_side():
+    from privasr.corpus.folds import series_of
+
+    clients = [f"{s}{x}" for s in ("ES2004", "ES2014", "IS1007", "IS1009", "TS3003") for x in "abcd"] + ["IS1005c"]
+    folds = client_folds(clients, 3, seed=0, unit="series")
+    assert sorted(c for f in folds for c in f.test) == sorted(clients)
+    for f in folds:
+        assert not {series_of(c) for c in f.test} & {series_of(c) for c in f.dev}
+    with pytest.raises(ConfigError, match="6 series"):
+        client_folds(clients, 7, seed=0, unit="series")
+    with pytest.raises(ConfigError, match="fold unit"):
+        client_folds(clients, 2, seed=0, unit="speaker")

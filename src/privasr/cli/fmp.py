@@ -27,8 +27,18 @@ def run(
     out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, checkpoint/."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set fmp.rounds=5 "
                                                           "(dotted keys, YAML values; repeatable)."),
+    folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings: pool dev and test, cut "
+                                     "their meetings into K folds, tune on K-1 and run FMP over the K-th, rotating "
+                                     "(config key folds; tables are dropped; privasr.experiments.fmp_folds)."),
+    dp_draws: int | None = typer.Option(None, "--dp-draws", help="With --folds and a dp section: R noise draws "
+                                        "of every fold's test run (config key dp_draws)."),
+    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
+                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
 ) -> None:
-    """Run an FMP experiment: generic-NNLM rescoring baseline vs FMP, test WER with MAPSSWE."""
+    """Run an FMP experiment: generic-NNLM rescoring baseline vs FMP, test WER with MAPSSWE.
+
+    With --folds K every meeting is a test client once, the settings tuned without it; the report gives each fold,
+    the pooled figures and their spread across folds and meetings (and noise draws with --dp-draws R)."""
     from privasr.cli.rescore import _command_line, print_warnings
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
@@ -37,10 +47,29 @@ def run(
 
     check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    if folds is not None:
+        raw = apply_overrides(raw, {"folds": folds, "tables": {}})
+    if dp_draws is not None:
+        raw = apply_overrides(raw, {"dp_draws": dp_draws})
+    if fold_unit is not None:
+        raw = apply_overrides(raw, {"fold_unit": fold_unit})
     try:
         cfg = load_fmp_config(raw)
     except InputError as e:
         raise e.at(config) from None
+    if cfg.folds is not None:
+        from privasr.experiments.fmp_folds import run_fmp_folds
+
+        with output_dir(out), make_console(stderr=True).status(f"FMP ({cfg.name}), {cfg.folds} folds"):
+            m = run_fmp_folds(cfg, out, argv=_command_line())
+        make_console().print(escape(
+            f"pooled over {cfg.folds} folds: {m['wer_system']} {100 * m['wer']:.2f}% against "
+            f"{100 * m['wer_baseline']:.2f}% (relative {100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = "
+            f"{m['mapsswe_p']:.3g}); folds {100 * m['fold_rel_change_min']:+.2f}% to "
+            f"{100 * m['fold_rel_change_max']:+.2f}%, {m['folds_improved']} of {cfg.folds} improve"
+            + (f"; epsilon = {m['epsilon']:.3g} per fold" if m.get("epsilon") is not None else "")))
+        make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        return
     with output_dir(out), make_console(stderr=True).status(f"FMP ({cfg.name})"):
         m = run_fmp(cfg, out, argv=_command_line())
     print_warnings(m)

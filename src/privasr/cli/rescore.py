@@ -93,6 +93,8 @@ def run(
     folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings: pool dev and test, cut "
                                      "their meetings into K folds, tune on K-1 and rescore the K-th, rotating "
                                      "(config key folds; privasr.experiments.rescore_folds)."),
+    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
+                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
 ) -> None:
     """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI.
 
@@ -110,7 +112,8 @@ def run(
         raw.setdefault("name", f"ad hoc: {nbest}")
     flags = flags_to_overrides(nbest, dev, lm, prior, mode, first_pass_lm, method, fmt)
     raw = apply_overrides(raw, {**flags, **parse_overrides(overrides), **({"folds": folds} if folds is not None
-                                                                          else {})})
+                                                                          else {}),
+                                **({"fold_unit": fold_unit} if fold_unit is not None else {})})
     try:
         cfg = load_config(raw)
     except InputError as e:  # name the config file when the problem is in it

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,7 +25,7 @@ import numpy as np
 from privasr.corpus.records import NBest, Transcript
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["Fold", "client_folds", "split_fold"]
+__all__ = ["Fold", "UNITS", "client_folds", "series_of", "split_fold"]
 
 U = TypeVar("U", NBest, Transcript)
 
@@ -43,22 +44,47 @@ class Fold:
         return {"fold": self.index, "dev": list(self.dev), "test": list(self.test)}
 
 
-def client_folds(clients: Iterable[str], k: int, *, seed: int) -> tuple[Fold, ...]:
-    """``k`` folds over the distinct ``clients``: a seeded permutation of the sorted ids cut into ``k`` groups
-    (sizes differ by at most one, larger groups first); fold ``i`` tests group ``i``, tunes on the rest.
+UNITS = ("meeting", "series")
+"""What a fold is made of: single meetings (clients), or whole meeting series (:func:`series_of`)."""
 
-    Deterministic in ``(set(clients), k, seed)``.
+_SERIES = re.compile(r"^(.*\d)[a-z]$")
+
+
+def series_of(client: str) -> str:
+    """An AMI-style meeting's series: the id without its trailing session letter (``ES2004a`` -> ``ES2004``; the
+    four meetings of a series share their speakers and their design task). Ids without one are their own series.
+
+    >>> series_of("ES2004a"), series_of("IS1009d"), series_of("call-17")
+    ('ES2004', 'IS1009', 'call-17')
+    """
+    m = _SERIES.match(client)
+    return m.group(1) if m else client
+
+
+def client_folds(clients: Iterable[str], k: int, *, seed: int, unit: str = "meeting") -> tuple[Fold, ...]:
+    """``k`` folds over the distinct ``clients``: a seeded permutation of the sorted units (clients, or with
+    ``unit="series"`` their :func:`series_of`) cut into ``k`` groups (sizes differ by at most one unit, larger
+    groups first); fold ``i`` tests the clients of group ``i`` and tunes on the rest. Folds by series keep a
+    series's meetings on one side, as a dev/test split of AMI by series does.
+
+    Deterministic in ``(set(clients), k, seed, unit)``.
 
     Raises:
-        ConfigError: ``k`` is not an integer >= 2, or there are fewer than ``k`` distinct clients.
+        ConfigError: ``k`` is not an integer >= 2, ``unit`` is unknown, or there are fewer than ``k`` units.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         raise ConfigError(f"folds={k!r}", expected="an integer >= 2")
+    if unit not in UNITS:
+        raise ConfigError(f"fold unit {unit!r}", expected=f"one of {', '.join(UNITS)}")
     ids = sorted(set(clients))
-    if len(ids) < k:
-        raise ConfigError(f"{k} folds over {len(ids)} clients", expected=f"at least {k} distinct clients")
-    perm = np.random.default_rng([int(seed), 42]).permutation(len(ids))
-    groups = [sorted(ids[int(i)] for i in part) for part in np.array_split(perm, k)]
+    key = series_of if unit == "series" else (lambda c: c)
+    units = sorted({key(c) for c in ids})
+    if len(units) < k:
+        what = "series" if unit == "series" else "clients"
+        raise ConfigError(f"{k} folds over {len(units)} {what}", expected=f"at least {k} distinct {what}")
+    perm = np.random.default_rng([int(seed), 42]).permutation(len(units))
+    parts = [{units[int(i)] for i in part} for part in np.array_split(perm, k)]
+    groups = [sorted(c for c in ids if key(c) in part) for part in parts]
     return tuple(Fold(i, tuple(sorted(c for j, g in enumerate(groups) if j != i for c in g)), tuple(g))
                  for i, g in enumerate(groups))
 

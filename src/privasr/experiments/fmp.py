@@ -73,6 +73,10 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
     federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
     tables: {rounds: [T, ...], hyper: [{alpha, beta, sigma}, ...], epsilon: [EPS, ...], bigram: [T, ...]}
     eval: {bootstrap_resamples: 1000}
+    folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled
+                                      # (privasr.experiments.fmp_folds; privasr fmp run --folds K)
+    fold_unit: meeting                # meeting | series: folds of single meetings or of whole AMI series
+    dp_draws: 1                       # with folds and dp: R noise draws of every fold's test run (their mean)
 
 :func:`load_fmp_config` validates everything (unknown keys, types, ranges, files) before any work; errors name
 the key path.
@@ -326,6 +330,9 @@ class FmpRunConfig:
     federated: FederationSettings = field(default_factory=FederationSettings)
     tables: TablesSettings = field(default_factory=TablesSettings)
     eval: FmpEvalSettings = field(default_factory=FmpEvalSettings)
+    folds: int | None = setting(None, min=2)
+    fold_unit: str = setting("meeting", choices=("meeting", "series"))
+    dp_draws: int = setting(1, min=1)
 
     @classmethod
     def __config_value__(cls, value: Any, where: str) -> Any:
@@ -336,6 +343,12 @@ class FmpRunConfig:
                 else v for k, v in value.items()}
 
     def __config_check__(self, where: str, ctx: Context) -> None:
+        if self.dp_draws > 1 and (self.dp is None or self.folds is None):
+            raise ConfigError(f"config key 'dp_draws' is {self.dp_draws} without dp and folds",
+                              expected="dp_draws: 1, or a dp section and folds: K")
+        if self.folds is not None and self.tables.wanted():
+            raise ConfigError("config key 'folds' with tables", expected="tables: {} (a cross-validated run "
+                                                                        "reports its folds, not the tables)")
         if self.data is None:
             raise ConfigError("config key 'data' needs dev and test (or nbest and split)",
                               expected="{dev: PATH, test: PATH} or {nbest: PATH, split: {key: speaker, dev: even}}")
@@ -593,31 +606,56 @@ def _ngram_vocab(lm: Any) -> Any:
     return WordIds(("<unk>", "<s>", "</s>", *(w for w in lm.vocab if w not in ("<unk>", "<s>", "</s>"))))
 
 
-def prepare(cfg: FmpRunConfig, out: Path, *, test: bool = True) -> _Prepared:
-    """Stages 1-3: load the data, build the NNLM (:func:`privasr.rescore.lms.build_lm`), estimate ``u(w)``,
-    score both sets with the NNLM and tune the baseline's weights on dev; the background bigram when the run or
-    a table uses personal bigrams. Timings go into ``info``."""
-    from privasr.rescore.combine import Combination, LMScoreCache, score_table
+@dataclass
+class _Base:
+    """What every split of one run shares: the NNLM, its vocabulary and score cache, ``u(w)``, the background
+    bigram (when used) and the timings so far."""
+
+    lm: Any
+    vocab: Any
+    u: np.ndarray
+    cache: Any
+    bigram: Any
+    info: dict[str, Any]
+
+
+def prepare_base(cfg: FmpRunConfig, out: Path) -> _Base:
+    """Stages 2-3 without the data: build the NNLM (:func:`privasr.rescore.lms.build_lm`), estimate ``u(w)``,
+    the background bigram when the run or a table uses personal bigrams."""
+    from privasr.rescore.combine import LMScoreCache
     from privasr.rescore.lms import build_lm
-    from privasr.rescore.search import DevObjective, build_space, tune_with
 
     assert cfg.nnlm is not None
     info: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    dev, test_set = load_data(cfg, info, test=test)
-    info["load_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     cache_dir = cfg.cache_dir if cfg.cache_dir is not None else out / "lm"
     lm, lm_info = build_lm(cfg.nnlm.spec("nnlm"), cache_dir)
     vocab = lm.vocab if cfg.nnlm.neural is not None else _ngram_vocab(lm)
     info["nnlm"] = lm_info
     info["nnlm_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
     u, bg_sents, info["background"] = background(cfg, vocab)
-    cache = LMScoreCache(lm)
-    dev_table = score_table(dev, {"nnlm": cache})
-    test_table = score_table(test_set, {"nnlm": cache})
-    info["score_s"] = time.perf_counter() - t0
+    bigram = None
+    if cfg.fmp.order == 2 or cfg.tables.bigram is not None:
+        from privasr.federated.algorithms.fmp import BackgroundBigram
+
+        assert bg_sents is not None  # an ARPA background with bigrams is a config error
+        unk = vocab.unk_id
+        bigram = BackgroundBigram.from_sentences(
+            [[i for i in vocab.encode(s) if i != unk] for s in bg_sents], len(vocab), prior=cfg.bigram_prior)
+    return _Base(lm, vocab, u, LMScoreCache(lm), bigram, info)
+
+
+def prepare_split(cfg: FmpRunConfig, base: _Base, dev: list[NBest], test_set: list[NBest],
+                  info: dict[str, Any]) -> _Prepared:
+    """Score a dev and a test set with the NNLM (shared cache: a hypothesis is scored once per run) and tune the
+    baseline's weights on dev; timings go into ``info``."""
+    from privasr.rescore.combine import Combination, score_table
+    from privasr.rescore.search import DevObjective, build_space, tune_with
+
+    t0 = time.perf_counter()
+    dev_table = score_table(dev, {"nnlm": base.cache})
+    test_table = score_table(test_set, {"nnlm": base.cache})
+    info["score_s"] = info.get("score_s", 0.0) + time.perf_counter() - t0
     t0 = time.perf_counter()
     comb = Combination(prior=cfg.combine.prior, lms=(("lm",) if cfg.combine.first_pass_lm else ()) + ("nnlm",))
     search = cfg.search.settings()
@@ -627,17 +665,22 @@ def prepare(cfg: FmpRunConfig, out: Path, *, test: bool = True) -> _Prepared:
     info["dev_errors_baseline"] = res.errors
     info["dev_errors_first_pass"] = res.baseline_errors
     obj = DevObjective.from_nbests(dev, dev_table)
-    bigram = None
-    if cfg.fmp.order == 2 or cfg.tables.bigram is not None:
-        from privasr.federated.algorithms.fmp import BackgroundBigram
-
-        assert bg_sents is not None  # an ARPA background with bigrams is a config error
-        unk = vocab.unk_id
-        bigram = BackgroundBigram.from_sentences(
-            [[i for i in vocab.encode(s) if i != unk] for s in bg_sents], len(vocab), prior=cfg.bigram_prior)
-    return _Prepared(dev, test_set, vocab, u, comb.totals(dev_table, res.weights),
+    return _Prepared(dev, test_set, base.vocab, base.u, comb.totals(dev_table, res.weights),
                      comb.totals(test_table, res.weights), np.asarray(dev_table.offsets),
-                     np.asarray(test_table.offsets), np.asarray(obj.hyp_errors), dict(res.weights), info, bigram, lm)
+                     np.asarray(test_table.offsets), np.asarray(obj.hyp_errors), dict(res.weights), info,
+                     base.bigram, base.lm)
+
+
+def prepare(cfg: FmpRunConfig, out: Path, *, test: bool = True) -> _Prepared:
+    """Stages 1-3: load the data, :func:`prepare_base` (the NNLM, ``u(w)``, the background bigram) and
+    :func:`prepare_split` (both sets scored, the baseline's weights tuned on dev). Timings go into ``info``."""
+    info: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    dev, test_set = load_data(cfg, info, test=test)
+    info["load_s"] = time.perf_counter() - t0
+    base = prepare_base(cfg, out)
+    info.update(base.info)
+    return prepare_split(cfg, base, dev, test_set, info)
 
 
 def _privacy(dp: Mapping[str, Any] | None, composition: str) -> Any:
@@ -941,6 +984,9 @@ def run_fmp(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | None = 
     from privasr.plots import plots_section
     from privasr.results import write_results
 
+    if cfg.folds is not None:
+        raise ConfigError("config key 'folds' is set: a cross-validated run is "
+                          "privasr.experiments.fmp_folds.run_fmp_folds", expected="folds: null here")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()

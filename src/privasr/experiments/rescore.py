@@ -62,6 +62,7 @@ is :class:`RescoreConfig`, read with :mod:`privasr.config`)::
     lm_batch_size: 4096
     folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled
                                       # (privasr.experiments.rescore_folds; privasr rescore run --folds K)
+    fold_unit: meeting                # meeting | series: folds of single meetings or of whole AMI series
 
 Strings may use ``${PRIVASR_DATA}`` (:func:`privasr.config.expand_vars`). Relative paths are relative to the
 working directory. :func:`load_config` validates everything (unknown keys, types, ranges, files) before any
@@ -74,7 +75,7 @@ work. Default search ranges: :func:`privasr.rescore.search.default_ranges`.
 >>> load_config({"data": {"test": "t.jsonl"}, "serach": {}}, check_files=False)
 Traceback (most recent call last):
 ...
-privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, folds, label, lm_batch_size, lms, name, output, search, seed)
+privasr.errors.ConfigError: unknown config key 'serach' (expected one of combine, data, eval, fold_unit, folds, label, lm_batch_size, lms, name, output, search, seed)
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ class RescoreConfig:
     output: OutputSettings = field(default_factory=OutputSettings)
     lm_batch_size: int = setting(4096, min=1)
     folds: int | None = setting(None, min=2)
+    fold_unit: str = setting("meeting", choices=("meeting", "series"))
 
     @property
     def system(self) -> str:

@@ -23,7 +23,6 @@ are pooled in) is the config's responsibility; the report lists the LMs' sources
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from privasr.config import to_dict
 from privasr.corpus.folds import Fold, client_folds, split_fold
 from privasr.corpus.records import NBest
 from privasr.errors import ConfigError, InputError
+from privasr.experiments._folds import pool, report_lines
 from privasr.experiments.rescore import (
     RescoreConfig,
     _Data,
@@ -97,24 +97,6 @@ def _fold(cfg: RescoreConfig, fold: Fold, recs: Sequence[NBest], caches: Mapping
             "_test": test, "_words": words, "_base": base}
 
 
-def _per_client(test: Sequence[NBest], words: Sequence[Any], base: Sequence[Any], fold_of: Mapping[str, int],
-                ) -> list[dict[str, Any]]:
-    from privasr.metrics import wer
-
-    rows: dict[str, list[int]] = {}
-    refs = [nb.ref or () for nb in test]
-    wa, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
-    for nb, ea, eb, n in zip(test, wa.utt_errors, wb.utt_errors, wa.utt_ref_words, strict=True):
-        r = rows.setdefault(str(nb.client), [0, 0, 0, 0])
-        r[0] += int(ea)
-        r[1] += int(eb)
-        r[2] += int(n)
-        r[3] += 1
-    return [{"client": c, "fold": fold_of[c], "utterances": r[3], "ref_words": r[2],
-             "wer_baseline": r[1] / r[2] if r[2] else None, "wer_rescored": r[0] / r[2] if r[2] else None}
-            for c, r in sorted(rows.items())]
-
-
 def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run a validated config with ``folds: K`` (module docstring); write ``out/results.json`` and
     ``out/report.md`` (and plots). Returns the metrics written to ``results.json``.
@@ -123,7 +105,6 @@ def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str
         ConfigError: ``folds`` unset, or fewer meetings than folds.
         InputError: overlapping dev and test, utterances without a reference or a client.
     """
-    from privasr.metrics import mapsswe, paired_bootstrap, wer
     from privasr.plots import plots_section
     from privasr.results import write_results
 
@@ -136,7 +117,8 @@ def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str
     t0 = time.perf_counter()
     data = load_data(cfg)
     recs = pooled_records(data)
-    folds = client_folds((str(nb.client) for nb in recs if nb.client is not None), cfg.folds, seed=cfg.seed)
+    folds = client_folds((str(nb.client) for nb in recs if nb.client is not None), cfg.folds, seed=cfg.seed,
+                         unit=cfg.fold_unit)
     lms, lm_info = build_lms(cfg, out, data)
     caches = {n: LMScoreCache(lm, batch_size=cfg.lm_batch_size) for n, lm in lms.items()}
     t_lm = time.perf_counter()
@@ -144,29 +126,10 @@ def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str
     test = [nb for r in rows for nb in r.pop("_test")]
     words = [w for r in rows for w in r.pop("_words")]
     base = [w for r in rows for w in r.pop("_base")]
-    refs = [nb.ref or () for nb in test]
-    w, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
-    mp = mapsswe(refs, words, base, ids=[nb.utt_id for nb in test])
-    bs = paired_bootstrap(w.utt_errors, wb.utt_errors, w.utt_ref_words, seed=cfg.seed,
-                          resamples=cfg.eval.bootstrap_resamples, confidence=cfg.eval.confidence)
-    fold_of = {c: f.index for f in folds for c in f.test}
-    per_client = _per_client(test, words, base, fold_of)
-    mb = paired_bootstrap([round(r["wer_rescored"] * r["ref_words"]) for r in per_client],
-                          [round(r["wer_baseline"] * r["ref_words"]) for r in per_client],
-                          [r["ref_words"] for r in per_client], seed=cfg.seed,
-                          resamples=cfg.eval.bootstrap_resamples, confidence=cfg.eval.confidence)
-    rels = [r["wer_rel_change"] for r in rows if r["wer_rel_change"] is not None]
+    pooled, per_client = pool(folds, test, words, base, [r["wer_rel_change"] for r in rows], seed=cfg.seed,
+                              resamples=cfg.eval.bootstrap_resamples, confidence=cfg.eval.confidence)
     metrics: dict[str, Any] = {
-        "folds": cfg.folds, "wer": w.wer, "wer_baseline": wb.wer,
-        "wer_rel_change": (w.wer - wb.wer) / wb.wer if wb.wer > 0 else None,
-        "mapsswe_p": mp.p, "mapsswe_log10_p": mp.log10_p, "mapsswe_z": mp.z,
-        "bootstrap_diff": bs.difference, "bootstrap_ci_low": bs.ci_low, "bootstrap_ci_high": bs.ci_high,
-        "bootstrap_confidence": bs.confidence, "bootstrap_resamples": bs.resamples,
-        "meeting_bootstrap_ci_low": mb.ci_low, "meeting_bootstrap_ci_high": mb.ci_high,
-        "meeting_bootstrap_prob_improvement": mb.prob_a_better,
-        "fold_rel_change_min": min(rels) if rels else None, "fold_rel_change_max": max(rels) if rels else None,
-        "folds_improved": sum(1 for r in rels if r < 0),
-        "test_utterances": len(test), "test_clients": len(per_client), "test_ref_words": w.ref_words,
+        **pooled,
         "wer_system": cfg.system,
         "wer_baseline_system": (f"rescoring with {', '.join(('lm',) if 'lm' in cfg.combination.lms else ())}"
                                 f"{', ' if 'lm' in cfg.combination.lms else ''}"
@@ -183,14 +146,6 @@ def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str
     return metrics
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.2f}%"
-
-
-def _rel(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.2f}%"
-
-
 def _report(cfg: RescoreConfig, m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
             per_client: Sequence[Mapping[str, Any]], lm_info: Mapping[str, Any], argv: Sequence[str] | None) -> str:
     lines = [f"# N-best rescoring, {m['folds']}-fold cross-validation over meetings: {cfg.name}", ""]
@@ -199,26 +154,9 @@ def _report(cfg: RescoreConfig, m: Mapping[str, Any], rows: Sequence[Mapping[str
     lines += [f"Dev `{cfg.data.dev}` and test `{cfg.data.test or cfg.data.nbest}` pooled: {m['test_utterances']:,} "
               f"utterances of {m['test_clients']} meetings in {m['folds']} folds (seed {cfg.seed}). Each fold tunes "
               f"{cfg.system} and the baseline ({m['wer_baseline_system']}) on the other folds' meetings and "
-              "rescores its own.", "",
-              "| fold | test meetings | utterances | baseline WER | system WER | rel. change | MAPSSWE p |",
-              "|---:|---|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['fold']} | {' '.join(r['test_clients'])} | {r['test_utterances']:,} | "
-                     f"{_pct(r['wer_baseline'])} | {_pct(r['wer'])} | {_rel(r['wer_rel_change'])} | "
-                     f"{r['mapsswe_p']:.3g} |")
-    lines += [f"| **pooled** | all {m['test_clients']} | {m['test_utterances']:,} | {_pct(m['wer_baseline'])} | "
-              f"**{_pct(m['wer'])}** | **{_rel(m['wer_rel_change'])}** | **{m['mapsswe_p']:.3g}** |", "",
-              f"Spread: the folds' relative change runs from {_rel(m['fold_rel_change_min'])} to "
-              f"{_rel(m['fold_rel_change_max'])}; {m['folds_improved']} of {m['folds']} folds improve. "
-              f"Bootstrap {100 * m['bootstrap_confidence']:.0f}% CI of WER(system) - WER(baseline), in points: over "
-              f"utterances [{100 * m['bootstrap_ci_low']:+.2f}, {100 * m['bootstrap_ci_high']:+.2f}], over meetings "
-              f"[{100 * m['meeting_bootstrap_ci_low']:+.2f}, {100 * m['meeting_bootstrap_ci_high']:+.2f}] "
-              f"({m['bootstrap_resamples']} resamples).", "",
-              "| meeting | fold | utterances | baseline WER | system WER |", "|---|---:|---:|---:|---:|"]
-    for c in per_client:
-        lines.append(f"| {c['client']} | {c['fold']} | {c['utterances']} | {_pct(c['wer_baseline'])} | "
-                     f"{_pct(c['wer_rescored'])} |")
-    lines += ["", "Weights per fold: " + "; ".join(
+              "rescores its own.", ""]
+    lines += report_lines(m, rows, per_client)
+    lines += ["Weights per fold: " + "; ".join(
         f"{r['fold']}: " + ", ".join(f"{k} {v:g}" for k, v in r["weights"].items() if isinstance(v, int | float))
         for r in rows), ""]
     if lm_info:
