@@ -19,6 +19,12 @@ def test_ami_text_matches_the_nbest_references(shared_data):
     assert all(r in dev_turns for r in refs)
     train = ami_sentences("train", shared_data)
     assert len(train) == 27_927 and sum(map(len, train)) == 392_874
+    # the fit / valid split of AMI train: every 50th turn held out, together exactly the train turns
+    from privasr.corpus.sources import load_text
+
+    fit, valid = load_text("ami-train-fit", data=shared_data), load_text("ami-train-valid", data=shared_data)
+    assert len(valid) == 27_927 // 50 and valid[0] == train[49]
+    assert sorted(fit + valid) == sorted(train)
 
 
 def test_gutenberg_raw_reproduces_the_golden_anchor_text(shared_data):

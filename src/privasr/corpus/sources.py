@@ -6,7 +6,9 @@ Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may
   (``ami-transcripts/AMI_proprec/<split>``), every non-empty turn normalised with the ``ami``
   :class:`~privasr.text.normalize.Normalizer` preset and the CMU vocabulary, i.e. exactly as the
   references (and the first-pass LM text) of the ``ami-tts-nbest*`` sets: one turn per sentence, any
-  length. Train gives 27,927 non-empty turns, 392,874 tokens.
+  length. Train gives 27,927 non-empty turns, 392,874 tokens. ``ami-train-fit`` / ``ami-train-valid`` split
+  the train turns as :func:`held_out_part` does (every 50th turn held out): early stopping on AMI text whose
+  meetings are neither dev nor test meetings (cross-validation over the dev and test meetings needs it).
 * ``gutenberg``: the 17 NLTK Gutenberg books (``gutenberg/gutenberg17_tokenized.tar.xz``) normalised as
   ``../shared/golden/kenlm-mkn/README.md`` ("Gutenberg timing anchors") describes -- books in file-name
   order, the title line dropped, every line lowercased and split on whitespace, tokens without a letter or
@@ -38,7 +40,7 @@ Sources (:data:`TEXT_SOURCES`, the names a rescoring config's ``train.text`` may
   optionally normalised with a normaliser spec.
 
 >>> sorted(TEXT_SOURCES)
-['ami-dev', 'ami-test', 'ami-train', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-ami', 'gutenberg-ami-train', 'gutenberg-ami-valid', 'gutenberg-raw', 'gutenberg-train', 'gutenberg-valid']
+['ami-dev', 'ami-test', 'ami-train', 'ami-train-fit', 'ami-train-valid', 'earnings21', 'generic', 'generic-train', 'generic-valid', 'gutenberg', 'gutenberg-ami', 'gutenberg-ami-train', 'gutenberg-ami-valid', 'gutenberg-raw', 'gutenberg-train', 'gutenberg-valid']
 >>> generic_tokens(["I", "do", "n't", "--", "Know", "."])
 ['i', "don't", 'know']
 >>> asr_tokens(["`", "Alice", "'s", "daisy-chain", "''I'", "do", "n't", "'twas", "."])
@@ -315,6 +317,8 @@ TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
     "ami-train": lambda data=None, **kw: ami_sentences("train", data, **kw),
     "ami-dev": lambda data=None, **kw: ami_sentences("dev", data, **kw),
     "ami-test": lambda data=None, **kw: ami_sentences("test", data, **kw),
+    "ami-train-fit": lambda data=None, **kw: held_out_part(ami_sentences("train", data, **kw), "train"),
+    "ami-train-valid": lambda data=None, **kw: held_out_part(ami_sentences("train", data, **kw), "valid"),
     "gutenberg": lambda data=None, **kw: gutenberg_sentences(data, style="asr", **kw),
     "gutenberg-raw": lambda data=None, **kw: gutenberg_sentences(data, style="raw", **kw),
     "gutenberg-train": lambda data=None, **kw: gutenberg_sentences(data, style="asr", part="train", **kw),
@@ -330,7 +334,8 @@ TEXT_SOURCES: dict[str, Callable[..., list[tuple[str, ...]]]] = {
 """Named text sources -> function ``(data=None, **options) -> sentences``."""
 
 _SOURCE_OPTIONS: dict[str, frozenset[str]] = {
-    "ami-train": frozenset(), "ami-dev": frozenset(), "ami-test": frozenset(),
+    "ami-train": frozenset(), "ami-dev": frozenset(), "ami-test": frozenset(), "ami-train-fit": frozenset(),
+    "ami-train-valid": frozenset(),
     "gutenberg": frozenset(), "gutenberg-raw": frozenset(), "gutenberg-train": frozenset(),
     "gutenberg-valid": frozenset(), "earnings21": frozenset(), "generic": frozenset(),
     "generic-train": frozenset(), "generic-valid": frozenset(), "gutenberg-ami": frozenset(),

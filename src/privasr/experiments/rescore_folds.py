@@ -18,7 +18,9 @@ Every utterance is thus rescored once, by weights tuned without its meeting. The
 
 The baseline is the config's (``eval.baseline_lms``; else the first-pass 1-best). An LM whose training or early
 stopping used the text of a meeting in these folds (e.g. an NNLM validated on ``ami-dev`` when the dev meetings
-are pooled in) is the config's responsibility; the report lists the LMs' sources.
+are pooled in) is the config's responsibility; the report lists the LMs' sources
+(``configs/rescore-ami-nnlm-folds.yaml`` early-stops on ``ami-train-valid`` instead). The rescored lists are not
+written (``output.nbest`` is for a single split); each meeting's figures are in ``per_client``.
 """
 
 from __future__ import annotations
