@@ -68,6 +68,9 @@ def test_every_utterance_is_rescored_once_by_weights_tuned_without_its_meeting(f
     assert m["wer"] < m["wer_baseline"] and m["folds_improved"] >= 3  # the toy LM knows the right words
     assert m["meeting_bootstrap_ci_low"] <= m["bootstrap_diff"] <= m["meeting_bootstrap_ci_high"]
     assert len(res["per_client"]) == 8
+    # each meeting's headroom: its N-best oracle is never above what either system chose
+    assert all(r["wer_oracle"] <= min(r["wer_system"], r["wer_baseline"]) for r in res["per_client"])
+    assert m["wer_oracle"] <= m["wer"]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| **pooled** |" in report and "plots/folds.png" in report
     # deterministic from the seed; another seed draws other folds

@@ -15,22 +15,26 @@ __all__ = ["pool", "report_lines"]
 
 
 def _per_client(test: Sequence[NBest], words: Sequence[Any], base: Sequence[Any], fold_of: Mapping[str, int],
-                ) -> list[dict[str, Any]]:
-    from privasr.metrics import wer
+                ) -> tuple[list[dict[str, Any]], float]:
+    """Each meeting's errors and WER under both systems and its N-best oracle WER (its headroom); the pooled
+    oracle WER."""
+    from privasr.metrics import oracle_wer, wer
 
     rows: dict[str, list[int]] = {}
     refs = [nb.ref or () for nb in test]
     wa, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
-    for nb, ea, eb, n in zip(test, wa.utt_errors, wb.utt_errors, wa.utt_ref_words, strict=True):
-        r = rows.setdefault(str(nb.client), [0, 0, 0, 0])
+    wo = oracle_wer(test, aligner="sclite")
+    for nb, ea, eb, eo, n in zip(test, wa.utt_errors, wb.utt_errors, wo.utt_errors, wa.utt_ref_words, strict=True):
+        r = rows.setdefault(str(nb.client), [0, 0, 0, 0, 0])
         r[0] += int(ea)
         r[1] += int(eb)
         r[2] += int(n)
         r[3] += 1
+        r[4] += int(eo)
     return [{"client": c, "fold": fold_of[c], "utterances": r[3], "ref_words": r[2], "errors_baseline": r[1],
              "errors_system": r[0], "wer_baseline": r[1] / r[2] if r[2] else None,
-             "wer_system": r[0] / r[2] if r[2] else None}
-            for c, r in sorted(rows.items())]
+             "wer_system": r[0] / r[2] if r[2] else None, "wer_oracle": r[4] / r[2] if r[2] else None}
+            for c, r in sorted(rows.items())], wo.wer
 
 
 def pool(folds: Sequence[Fold], test: Sequence[NBest], words: Sequence[Any], base: Sequence[Any],
@@ -39,7 +43,8 @@ def pool(folds: Sequence[Fold], test: Sequence[NBest], words: Sequence[Any], bas
     """The pooled figures of the folds' concatenated test outputs (``test`` records, the system's ``words`` and
     the baseline's ``base``, every utterance once) and the per-meeting rows.
 
-    Metrics: ``wer``, ``wer_baseline``, ``wer_rel_change``, MAPSSWE over the pooled outputs, a paired bootstrap
+    Metrics: ``wer``, ``wer_baseline``, ``wer_rel_change``, ``wer_oracle`` (the N-best oracle: the headroom; per
+    meeting too), MAPSSWE over the pooled outputs, a paired bootstrap
     over utterances (``bootstrap_ci_low``/``_high``, points as fractions) and over meetings
     (``meeting_bootstrap_ci_low``/``_high``: meetings resampled with replacement), the folds' smallest and largest
     relative change (``fold_rel``) and how many improved.
@@ -52,7 +57,7 @@ def pool(folds: Sequence[Fold], test: Sequence[NBest], words: Sequence[Any], bas
     bs = paired_bootstrap(w.utt_errors, wb.utt_errors, w.utt_ref_words, seed=seed, resamples=resamples,
                           confidence=confidence)
     fold_of = {c: f.index for f in folds for c in f.test}
-    per_client = _per_client(test, words, base, fold_of)
+    per_client, oracle = _per_client(test, words, base, fold_of)
     mb = paired_bootstrap([r["errors_system"] for r in per_client], [r["errors_baseline"] for r in per_client],
                           [r["ref_words"] for r in per_client], seed=seed, resamples=resamples, confidence=confidence)
     rels = [r for r in fold_rel if r is not None]
@@ -67,6 +72,7 @@ def pool(folds: Sequence[Fold], test: Sequence[NBest], words: Sequence[Any], bas
         "fold_rel_change_min": min(rels) if rels else None, "fold_rel_change_max": max(rels) if rels else None,
         "folds_improved": sum(1 for r in rels if r < 0),
         "test_utterances": len(test), "test_clients": len(per_client), "test_ref_words": w.ref_words,
+        "wer_oracle": oracle,
     }
     return metrics, per_client
 
@@ -99,10 +105,11 @@ def report_lines(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], per_cl
               f"utterances [{100 * m['bootstrap_ci_low']:+.2f}, {100 * m['bootstrap_ci_high']:+.2f}], over meetings "
               f"[{100 * m['meeting_bootstrap_ci_low']:+.2f}, {100 * m['meeting_bootstrap_ci_high']:+.2f}] "
               f"({m['bootstrap_resamples']} resamples).", "",
-              "| meeting | fold | utterances | baseline WER | system WER |", "|---|---:|---:|---:|---:|"]
+              "| meeting | fold | utterances | baseline WER | system WER | N-best oracle WER |",
+              "|---|---:|---:|---:|---:|---:|"]
     for c in per_client:
         lines.append(f"| {c['client']} | {c['fold']} | {c['utterances']} | {_pct(c['wer_baseline'])} | "
-                     f"{_pct(c['wer_system'])} |")
+                     f"{_pct(c['wer_system'])} | {_pct(c.get('wer_oracle'))} |")
     return lines + [""]
 
 
