@@ -509,7 +509,7 @@ def _run_tasks(tasks: list[Any], decoder_kw: dict[str, Any], jobs: int, show: bo
 
 def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
     """1-best and oracle WER, decoding speed and list sizes of a build (for results.json)."""
-    from privasr.metrics.oracle import onebest_wer, oracle_wer
+    from privasr.metrics.oracle import onebest_wer, oracle_wer, ref_in_list
 
     recs = result.records
     w1, wo = onebest_wer(recs), oracle_wer(recs)
@@ -527,7 +527,7 @@ def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
         # pocketsphinx's: whether the bestpath 1-best was among the A* paths (None for an engine without it)
         "onebest_in_nbest": (sum(bool(r.meta.get("onebest_in_nbest")) for r in recs) / len(recs)
                              if any("onebest_in_nbest" in r.meta for r in recs) else None),
-        "ref_in_nbest": sum(bool(r.ref) and any(h.words == r.ref for h in r.hyps) for r in recs) / len(recs),
+        "ref_in_nbest": ref_in_list(recs),
         "merged_share": _merged_share(recs),
         "audio_s": audio,
         "decode_s_per_audio_s": decode / audio if audio > 0 else math.nan,

@@ -12,7 +12,7 @@ An empty list counts as the empty hypothesis (all reference words deleted).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
@@ -20,7 +20,7 @@ from privasr.corpus.records import NBest
 from privasr.errors import InputError
 from privasr.metrics.wer import Aligner, WerResult, wer
 
-__all__ = ["oracle_wer", "onebest_wer", "oracle_indices"]
+__all__ = ["oracle_wer", "onebest_wer", "oracle_indices", "ref_in_list"]
 
 
 def _with_refs(nbests: Iterable[NBest]) -> list[NBest]:
@@ -91,3 +91,16 @@ def onebest_wer(nbests: Iterable[NBest], *, aligner: Aligner = "sclite") -> WerR
     """
     nbs = _with_refs(nbests)
     return wer([nb.ref or () for nb in nbs], [nb.best.words for nb in nbs], aligner=aligner)
+
+
+def ref_in_list(nbests: Sequence[NBest]) -> float:
+    """The share of utterances whose non-empty reference is one of their hypotheses (what a perfect LM could
+    pick); utterances without a reference count as misses. 0.0 for no utterances.
+
+    >>> from privasr.corpus.records import Hypothesis, NBest
+    >>> ref_in_list([NBest("u", (Hypothesis.from_text("a b"),), ref=("a", "b")), NBest("v", (), ref=("c",))])
+    0.5
+    """
+    if not nbests:
+        return 0.0
+    return sum(bool(nb.ref) and any(h.words == nb.ref for h in nb.hyps) for nb in nbests) / len(nbests)

@@ -18,7 +18,7 @@ from typing import Any
 
 from privasr.corpus.markup import map_words, markup_counts
 from privasr.corpus.records import Hypothesis, NBest, Transcript
-from privasr.metrics.oracle import oracle_wer
+from privasr.metrics.oracle import oracle_wer, ref_in_list
 from privasr.metrics.sclite import Conventions
 from privasr.metrics.wer import wer
 from privasr.text.normalize import Normalizer
@@ -63,7 +63,7 @@ def nbest_stats(nbests: Sequence[NBest], normalizer: Normalizer | None = None) -
         out["wer_oracle"] = orc.wer
         out["errors_1best"] = {"sub": one.substitutions, "del": one.deletions, "ins": one.insertions}
         # how often the reference itself is in the list (what a perfect LM could pick; non-empty references)
-        out["ref_in_list"] = (sum(bool(nb.ref) and any(h.words == nb.ref for h in nb) for nb in normed) / n)
+        out["ref_in_list"] = ref_in_list(normed)
     else:
         out["words"] = sum(len(nb.best) for nb in nbests)
     return out
