@@ -10,8 +10,28 @@ from typing import Any
 
 from privasr.corpus.folds import Fold
 from privasr.corpus.records import NBest
+from privasr.errors import InputError
 
-__all__ = ["pool", "report_lines"]
+__all__ = ["pooled_records", "pool", "report_lines"]
+
+
+def pooled_records(dev: Sequence[NBest] | None, test: Sequence[NBest]) -> list[NBest]:
+    """Dev and test together (every utterance once), each with a reference.
+
+    Raises:
+        InputError: an utterance id repeats, or an utterance has no reference.
+    """
+    recs = [*(dev or []), *test]
+    seen: set[str] = set()
+    for nb in recs:
+        if nb.utt_id in seen:
+            raise InputError(f"utterance {nb.utt_id} is in both dev and test (or twice)",
+                             expected="disjoint dev and test sets to pool into folds")
+        seen.add(nb.utt_id)
+        if nb.ref is None:
+            raise InputError(f"utterance {nb.utt_id} has no reference", expected="references on every utterance: "
+                                                                               "each fold tunes and tests on them")
+    return recs
 
 
 def _per_client(test: Sequence[NBest], words: Sequence[Any], base: Sequence[Any], fold_of: Mapping[str, int],

@@ -30,8 +30,8 @@ import numpy as np
 from privasr import __version__
 from privasr.config import to_dict
 from privasr.corpus.folds import client_folds, split_fold
-from privasr.errors import ConfigError, InputError
-from privasr.experiments._folds import pool, report_lines
+from privasr.errors import ConfigError
+from privasr.experiments._folds import pool, pooled_records, report_lines
 from privasr.experiments.fmp import (
     FmpRunConfig,
     _words,
@@ -71,11 +71,7 @@ def run_fmp_folds(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | N
     t_start = time.perf_counter()
     info: dict[str, Any] = {}
     dev, test = load_data(cfg, info)
-    recs = [*dev, *test]
-    ids = [nb.utt_id for nb in recs]
-    if len(set(ids)) != len(ids):
-        raise InputError("an utterance is in both dev and test (or twice)",
-                         expected="disjoint dev and test sets to pool into folds")
+    recs = pooled_records(dev, test)
     folds = client_folds((str(nb.client) for nb in recs if nb.client is not None), cfg.folds, seed=cfg.seed,
                          unit=cfg.fold_unit)
     base = prepare_base(cfg, out)
@@ -112,16 +108,11 @@ def run_fmp_folds(cfg: FmpRunConfig, out: str | Path, *, argv: Sequence[str] | N
                      "draws": fold_rows if draws > 1 else None,
                      **({"epsilon": fold_rows[0]["epsilon"], "delta": fold_rows[0]["delta"]}
                         if "epsilon" in fold_rows[0] else {})})
-    per_draw = []
-    for d in range(draws):
-        pm, pc = pool(folds, pooled_test, draw_words[d], base_words, [None], seed=cfg.seed,
-                      resamples=cfg.eval.bootstrap_resamples, confidence=0.95)
-        per_draw.append((pm, pc))
+    fold_rel = [r["wer_rel_change"] for r in rows]  # each fold's mean over its draws
+    per_draw = [pool(folds, pooled_test, draw_words[d], base_words, fold_rel, seed=cfg.seed,
+                     resamples=cfg.eval.bootstrap_resamples, confidence=0.95) for d in range(draws)]
     metrics, per_client = per_draw[0]
     metrics = dict(metrics)
-    metrics.update(fold_rel_change_min=min(r["wer_rel_change"] for r in rows),
-                   fold_rel_change_max=max(r["wer_rel_change"] for r in rows),
-                   folds_improved=sum(1 for r in rows if r["wer_rel_change"] < 0))
     if draws > 1:
         wers = [pm["wer"] for pm, _ in per_draw]
         rels = [pm["wer_rel_change"] for pm, _ in per_draw]

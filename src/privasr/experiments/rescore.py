@@ -629,10 +629,6 @@ def _weights_str(w: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _choose_words(recs: Sequence[NBest], choice: np.ndarray) -> list[tuple[str, ...]]:
-    return [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(recs, choice, strict=True)]
-
-
 def _report(cfg: RescoreConfig, m: Mapping[str, Any], lm_info: Mapping[str, Any], result: SearchResult | None,
             retuned: SearchResult | None, split: Mapping[str, Any] | None, argv: Sequence[str] | None,
             nbest_path: Path | None) -> str:

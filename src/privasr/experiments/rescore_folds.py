@@ -30,16 +30,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from privasr import __version__
 from privasr.config import to_dict
 from privasr.corpus.folds import Fold, client_folds, split_fold
 from privasr.corpus.records import NBest
-from privasr.errors import ConfigError, InputError
-from privasr.experiments._folds import pool, report_lines
+from privasr.errors import ConfigError
+from privasr.experiments._folds import pool, pooled_records, report_lines
 from privasr.experiments.rescore import (
     RescoreConfig,
+    _choose_words,
     _Data,
     _Scores,
     build_lms,
@@ -48,30 +47,7 @@ from privasr.experiments.rescore import (
 )
 from privasr.rescore.combine import LMScoreCache, score_table, select
 
-__all__ = ["run_rescore_folds", "pooled_records"]
-
-
-def pooled_records(data: _Data) -> list[NBest]:
-    """Dev and test together (every utterance once), each with a reference and a client.
-
-    Raises:
-        InputError: an utterance id repeats, an utterance has no reference, or none has a client.
-    """
-    recs = [*(data.dev or []), *data.test]
-    seen: set[str] = set()
-    for nb in recs:
-        if nb.utt_id in seen:
-            raise InputError(f"utterance {nb.utt_id} is in both dev and test (or twice)",
-                             expected="disjoint dev and test sets to pool into folds")
-        seen.add(nb.utt_id)
-        if nb.ref is None:
-            raise InputError(f"utterance {nb.utt_id} has no reference", expected="references on every utterance: "
-                                                                               "each fold tunes and tests on them")
-    return recs
-
-
-def _words(recs: Sequence[NBest], choice: np.ndarray) -> list[tuple[str, ...]]:
-    return [nb.hyps[int(c)].words if c >= 0 else () for nb, c in zip(recs, choice, strict=True)]
+__all__ = ["run_rescore_folds"]
 
 
 def _fold(cfg: RescoreConfig, fold: Fold, recs: Sequence[NBest], caches: Mapping[str, LMScoreCache],
@@ -83,10 +59,10 @@ def _fold(cfg: RescoreConfig, fold: Fold, recs: Sequence[NBest], caches: Mapping
     scores = _Scores(dict(caches), score_table(dev, caches), score_table(test, caches))
     tuning = tune_weights(cfg, _Data(dev, test), scores, have_lms)
     table = scores.test
-    words = _words(test, select(table, cfg.combination.totals(table, tuning.weights)))
+    words = _choose_words(test, select(table, cfg.combination.totals(table, tuning.weights)))
     base = [nb.best.words for nb in test]
     if tuning.baseline is not None and tuning.bl_comb is not None:
-        base = _words(test, select(table, tuning.bl_comb.totals(table, tuning.baseline.weights)))
+        base = _choose_words(test, select(table, tuning.bl_comb.totals(table, tuning.baseline.weights)))
     refs = [nb.ref or () for nb in test]
     w, wb = wer(refs, words, aligner="sclite"), wer(refs, base, aligner="sclite")
     mp = mapsswe(refs, words, base, ids=[nb.utt_id for nb in test])
@@ -118,7 +94,7 @@ def run_rescore_folds(cfg: RescoreConfig, out: str | Path, *, argv: Sequence[str
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     data = load_data(cfg)
-    recs = pooled_records(data)
+    recs = pooled_records(data.dev, data.test)
     folds = client_folds((str(nb.client) for nb in recs if nb.client is not None), cfg.folds, seed=cfg.seed,
                          unit=cfg.fold_unit)
     lms, lm_info = build_lms(cfg, out, data)
