@@ -13,7 +13,8 @@ its own meetings (disjoint data: parallel composition), so the run's guarantee p
 epsilon each fold reports, not their sum. With ``dp_draws: R`` (a DP config) every fold's test run is repeated
 with ``R`` noise seeds (``seed``, ``seed + 1``, ...; the tuning is not repeated): each draw pools into its own
 pooled figure, and the report gives their mean and range; the headline (``wer``) is the mean over draws, and the
-epsilon of each draw is the configured one (draws are alternative releases, not one release's composition).
+epsilon of each draw is the configured one: draws are repeated simulations measuring the noise's spread, and
+publishing all ``R`` releases of the same meetings would compose to ``R`` times it.
 The report gives every fold, the pooled figures (:func:`privasr.experiments._folds.pool`) and their spread.
 """
 

@@ -268,10 +268,13 @@ def fold_spread(runs: Sequence[Run]) -> list[Plot]:
         rows = rows_of(res["folds"])
         xs = [int(number(r.get("fold")) or k) for k, r in enumerate(rows)]
         off = 0.15 * i
+        names = res.get("metrics") or {}
+        base_name = str(names.get("wer_baseline_system") or "baseline")
+        sys_name = str(names.get("wer_system") or "system")
         ax.plot([x + off for x in xs], [100 * (number(r.get("wer_baseline")) or 0.0) for r in rows], "s--",
-                color=f"C{i}", alpha=0.6, label=f"{series_label(label, 'baseline')}")
+                color=f"C{i}", alpha=0.6, label=series_label(label, base_name))
         ax.plot([x + off for x in xs], [100 * (number(r.get("wer")) or 0.0) for r in rows], "o-", color=f"C{i}",
-                label=f"{series_label(label, 'system')}")
+                label=series_label(label, sys_name))
         rel.bar([x + off for x in xs], [100 * (number(r["wer_rel_change"]) or 0.0) for r in rows], width=0.3,
                 color=f"C{i}", alpha=0.6, label=series_label(label, "fold"))
         m = res.get("metrics") or {}
