@@ -27,8 +27,17 @@ def run(
     out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md, checkpoint/."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set rounds=5 "
                                                           "(dotted keys, YAML values; repeatable)."),
+    folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings (N-best data): pool dev "
+                                     "and test, cut their meetings into K folds; the K-1 are the clients and tune, "
+                                     "the K-th is tested, rotating (config key folds; tables are dropped; "
+                                     "privasr.experiments.fedlm_folds)."),
+    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
+                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
 ) -> None:
-    """Run a FedLM experiment: unadapted vs federated fine-tuned NNLM (perplexity; WER on N-best data)."""
+    """Run a FedLM experiment: unadapted vs federated fine-tuned NNLM (perplexity; WER on N-best data).
+
+    With --folds K every meeting is tested once, by a model fine-tuned and weights tuned without it; the report
+    gives each fold, the pooled figures and their spread across folds and meetings."""
     from privasr.cli.rescore import _command_line
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
@@ -37,10 +46,29 @@ def run(
 
     check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    if folds is not None:
+        raw = apply_overrides(raw, {"folds": folds, "tables": {}})
+    if fold_unit is not None:
+        raw = apply_overrides(raw, {"fold_unit": fold_unit})
     try:
         cfg = load_fedlm_config(raw)
     except InputError as e:
         raise e.at(config) from None
+    if cfg.folds is not None:
+        from privasr.experiments.fedlm_folds import run_fedlm_folds
+
+        with output_dir(out), make_console(stderr=True).status(f"FedLM ({cfg.name}), {cfg.folds} folds"):
+            m = run_fedlm_folds(cfg, out, argv=_command_line())
+        make_console().print(escape(
+            f"pooled over {cfg.folds} folds: {m['wer_system']} {100 * m['wer']:.2f}% against "
+            f"{100 * m['wer_baseline']:.2f}% (relative {100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = "
+            f"{m['mapsswe_p']:.3g}); folds {100 * m['fold_rel_change_min']:+.2f}% to "
+            f"{100 * m['fold_rel_change_max']:+.2f}%, {m['folds_improved']} of {cfg.folds} improve"
+            + (f"; against all utterances {100 * m['vs_all_rel_change']:+.2f}% (MAPSSWE p = "
+               f"{m['vs_all_mapsswe_p']:.3g})" if "vs_all_rel_change" in m else "")
+            + f"; {m['dropped_updates']} client updates dropped"))
+        make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        return
     with output_dir(out), make_console(stderr=True).status(f"FedLM ({cfg.name})"):
         m = run_fedlm(cfg, out, argv=_command_line())
     con = make_console()

@@ -88,6 +88,9 @@ strings may use ``${PRIVASR_DATA}``)::
                                       #  needs fedlm.clip_norm
     federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
     compare_all: true
+    folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled (N-best data;
+                                      # privasr.experiments.fedlm_folds; privasr fedlm run --folds K)
+    fold_unit: meeting                # meeting | series: folds of single meetings or of whole AMI series
     tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
     rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false,
               first_pass_lm: true}
@@ -241,6 +244,10 @@ class TableSettings:
             return {k: [] if v is None else v for k, v in value.items()}
         return value
 
+    def wanted(self) -> bool:
+        """Whether any table is asked for."""
+        return any(t is not None for t in (self.loss, self.init, self.noise, self.threshold))
+
     def __config_check__(self, where: str, ctx: Context) -> None:
         from privasr.federated.algorithms.fedlm import LOSSES
 
@@ -304,6 +311,8 @@ class FedLmRunConfig:
     dp: DPSettings | None = None
     federated: FederationSettings = field(default_factory=FederationSettings)
     compare_all: bool = True
+    folds: int | None = setting(None, min=2)
+    fold_unit: str = setting("meeting", choices=("meeting", "series"))
     tables: TableSettings = field(default_factory=TableSettings)
     rescore: RescoreSettings = field(default_factory=RescoreSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
@@ -330,6 +339,13 @@ class FedLmRunConfig:
             raise ConfigError("config key 'nnlm' must be a neural LM", expected="{neural: {...}}")
         confidence = self._confidence()
         self._check_fedlm()
+        if self.folds is not None:
+            if self.kind != "nbest" or self.data.client_text != "first_pass":
+                raise ConfigError("config key 'folds' with data.kind earnings21 or data.client_text reference",
+                                  expected="N-best data whose clients train on their 1-best (folds: null otherwise)")
+            if self.tables.wanted():
+                raise ConfigError("config key 'folds' with tables", expected="tables: {} (a cross-validated run "
+                                                                            "reports its folds, not the tables)")
         return replace(self, confidence=confidence)
 
     def _confidence(self) -> ConfidenceSettings:
@@ -609,9 +625,12 @@ def _isotonic(conf: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return fit_isotonic(conf, hit)
 
 
-def _nbest_data(cfg: FedLmRunConfig) -> _Data:
-    """Stage 1 for N-best data (module docstring, step 2): the dev lists' 1-best (or references) as client text
-    with their confidences, the test lists' references as evaluation text."""
+def load_nbest_sets(cfg: FedLmRunConfig) -> tuple[list[Any], list[Any]]:
+    """The dev and test N-best lists of ``data``, every utterance with a reference.
+
+    Raises:
+        InputError: naming the file and utterance without a reference.
+    """
     from privasr.corpus.load import load_nbest
 
     assert cfg.data.dev is not None and cfg.data.test is not None
@@ -622,13 +641,21 @@ def _nbest_data(cfg: FedLmRunConfig) -> _Data:
             if nb.ref is None:
                 raise InputError(f"{name} utterance {nb.utt_id} has no reference", path=path,
                                  expected="references (WER is measured, rescoring weights tuned on dev)")
+    return dev, test
+
+
+def nbest_data(cfg: FedLmRunConfig, dev: Sequence[Any], test: Sequence[Any]) -> _Data:
+    """Stage 1 for N-best data (module docstring, step 2) of the lists ``dev`` and ``test`` (with references):
+    the dev lists' 1-best (or references) as client text with their confidences, the test lists' references as
+    evaluation text."""
     src = cfg.confidence.source
     has = all(nb.best.confidences is not None for nb in dev if nb.best.words)
     if src == "auto":
         src = "data" if has else "classifier"
     if src == "data" and not has:
         raise InputError("confidence.source is 'data' but some dev 1-best hypotheses have no confidences",
-                         path=cfg.data.dev, expected="per-word confidences, or confidence.source: classifier")
+                         path=cfg.data.dev if cfg.folds is None else None,
+                         expected="per-word confidences, or confidence.source: classifier")
     report = curve = None
     if cfg.data.client_text == "reference":
         # the oracle diagnostic: clients train on their utterances' references, every word weight 1
@@ -900,7 +927,7 @@ def _rescore(cfg: FedLmRunConfig, lms: Mapping[str, Any], dev: Sequence[Any], te
 
 def load_data(cfg: FedLmRunConfig) -> _Data:
     """Stage 1: the clients' utterances and confidences, and the evaluation text (module docstring, step 2)."""
-    return _earnings21(cfg) if cfg.kind == "earnings21" else _nbest_data(cfg)
+    return _earnings21(cfg) if cfg.kind == "earnings21" else nbest_data(cfg, *load_nbest_sets(cfg))
 
 
 @dataclass
@@ -1001,6 +1028,9 @@ def run_fedlm(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | Non
     (:class:`_Variants`), :func:`evaluate`, the adapted model saved, its rescoring WER (N-best data), the
     tables (:func:`_tables`), then the results and the report (:func:`write_report`).
     """
+    if cfg.folds is not None:
+        raise ConfigError("config key 'folds' is set: a cross-validated run is "
+                          "privasr.experiments.fedlm_folds.run_fedlm_folds", expected="folds: null here")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -1064,16 +1094,16 @@ def scratch_params(cfg: FedLmRunConfig, model: _Model) -> dict[str, np.ndarray]:
 class _WerEval:
     """N-best rescoring WER of a model's parameters against the unadapted NNLM's (rescored once)."""
 
-    def __init__(self, cfg: FedLmRunConfig, model: _Model, data: _Data) -> None:
+    def __init__(self, cfg: FedLmRunConfig, model: _Model, data: _Data, base_cache: Any = None) -> None:
         from privasr.metrics import wer
+        from privasr.rescore.combine import LMScoreCache
 
         assert data.dev is not None and data.test is not None
         self.cfg, self.model, self.dev, self.test = cfg, model, data.dev, data.test
         self.refs = [nb.ref for nb in data.test]
         self.ids = [nb.utt_id for nb in data.test]
-        from privasr.rescore.combine import LMScoreCache
-
-        self.base_cache = LMScoreCache(model.lm)  # the unadapted NNLM's scores, computed once
+        # the unadapted NNLM's scores, computed once (and shared by the folds of a cross-validated run)
+        self.base_cache = base_cache if base_cache is not None else LMScoreCache(model.lm)
         self.base = _rescore(cfg, {"nnlm": self.base_cache}, data.dev, data.test)
         self.w_base = wer(self.refs, self.base.words)
         self.w_first = wer(self.refs, [nb.best.words for nb in data.test])
@@ -1092,7 +1122,7 @@ class _WerEval:
         base = self.w_base.wer
         return {"wer": w.wer, "wer_rel_change": (w.wer - base) / base if base else 0.0, "mapsswe_p": mp.p,
                 "mapsswe_z": mp.z, "mapsswe_better": {"A": "adapted", "B": "baseline", "same": "same"}[mp.better],
-                "weights": new.weights, "dev_errors": new.dev_errors, "_wer": w}
+                "weights": new.weights, "dev_errors": new.dev_errors, "_wer": w, "_words": new.words}
 
 
 def _wer(ev: _WerEval, run: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:

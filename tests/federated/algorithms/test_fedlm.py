@@ -167,6 +167,28 @@ def test_clipping_bounds_the_update(vocab, mcfg):
         FedLmConfig(clip_norm=1.0, weighting="words")
 
 
+def test_grad_clip_bounds_every_local_step(vocab, mcfg):
+    client = FedLmClient("c", ((3, 4, 5), (6, 7), (4, 4, 3), (5, 6)))
+    start = make_alg(vocab, mcfg, server="fedavg").init(rng(0))["params"]
+    # batch_size 1: four SGD steps, each at most client_lr * grad_clip long
+    tight = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0, grad_clip=1e-3)
+    u, _ = tight.client_update(start, client, None, rng(1))
+    assert 0 < global_norm(u.arrays) <= 4 * 1e-3 * (1 + 1e-4)
+    # a bound no gradient reaches changes nothing: the same delta as no clipping, bit for bit
+    loose = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0, grad_clip=1e9)
+    plain = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0)
+    ul, _ = loose.client_update(start, client, None, rng(1))
+    up, _ = plain.client_update(start, client, None, rng(1))
+    assert all(np.array_equal(ul.arrays[k], up.arrays[k]) for k in up.arrays)
+    assert global_norm(up.arrays) > 4e-3
+    # the key is written only when set (runs without it keep their checkpoint keys) and reads back
+    assert "grad_clip" not in FedLmConfig().to_dict()
+    assert FedLmConfig.from_dict(FedLmConfig(grad_clip=2.0).to_dict()).grad_clip == 2.0
+    for bad in (0, -1.0, float("nan"), True, "2"):
+        with pytest.raises(ConfigError, match="grad_clip"):
+            FedLmConfig(grad_clip=bad)
+
+
 def _clients() -> list[FedLmClient]:
     return [FedLmClient("u1", ((3, 4, 5), (5, 4)), (np.array([1.0, 0.8, 0.9]), np.array([0.7, 1.0]))),
             FedLmClient("u2", ((6, 7, 6, 7),)),

@@ -4,7 +4,11 @@ Each client holds its own first-pass transcripts as word-id sequences (ids into 
 :class:`~privasr.lm.neural.vocab.Vocabulary`), optionally with a confidence ``c_{j,s}`` in ``[0, 1]`` for every
 word ``s`` of utterance ``j`` (:class:`FedLmClient`). In round ``t`` the server broadcasts the parameters
 ``theta_t``; every sampled client runs ``K = local_epochs`` epochs of plain mini-batch SGD (learning rate
-``eta_l = client_lr``) from ``theta_t`` on its utterances and uploads ``Delta_i = theta_i - theta_t``.
+``eta_l = client_lr``) from ``theta_t`` on its utterances and uploads ``Delta_i = theta_i - theta_t``. With
+``grad_clip = G`` every mini-batch gradient is scaled to L2 norm ``<= G`` before its step
+(``torch.nn.utils.clip_grad_norm_``, as centralised LM training does): SGD at ``eta_l = 1`` on a Transformer
+takes steps as long as its gradient, and a rare steep batch could otherwise throw a client's model to NaN. This
+bounds each local step, not the client's delta (that is ``clip_norm``, below), and is no privacy mechanism.
 
 **Targets and weights (eqs. 2-5).** Utterance ``j`` of words ``w_1 .. w_n`` is trained as
 ``<s> w_1 .. w_n </s>``: the ``T_j = n + 1`` targets are ``w_1 .. w_n, </s>`` (cut into windows of at most
@@ -201,6 +205,8 @@ class FedLmConfig:
         local_epochs: ``K``, epochs of local SGD per round (integer >= 1).
         batch_size: utterance windows per local mini-batch (integer >= 1).
         client_lr: ``eta_l``, the local SGD learning rate (> 0).
+        grad_clip: ``None`` or ``G > 0``: the L2 bound of each local mini-batch gradient (the step is at most
+            ``client_lr * G`` long); not a privacy mechanism.
         clip_norm: ``None`` or ``C > 0``: the L2 bound of a client's delta (DP-FedAvg); needs
             ``weighting="uniform"``.
         weighting: ``"words"`` (eq. 6) or ``"uniform"``.
@@ -225,6 +231,7 @@ class FedLmConfig:
     local_epochs: int = 1
     batch_size: int = 8
     client_lr: float = 1.0
+    grad_clip: float | None = None
     clip_norm: float | None = None
     weighting: str = "words"
     server: Any = None
@@ -243,10 +250,12 @@ class FedLmConfig:
         if not is_real(self.client_lr) or self.client_lr <= 0:
             raise ConfigError(f"client_lr={self.client_lr!r}", expected="a finite number > 0")
         object.__setattr__(self, "client_lr", float(self.client_lr))
-        if self.clip_norm is not None:
-            if not is_real(self.clip_norm) or self.clip_norm <= 0:
-                raise ConfigError(f"clip_norm={self.clip_norm!r}", expected="None or a finite number > 0")
-            object.__setattr__(self, "clip_norm", float(self.clip_norm))
+        for name in ("grad_clip", "clip_norm"):
+            v = getattr(self, name)
+            if v is not None:
+                if not is_real(v) or v <= 0:
+                    raise ConfigError(f"{name}={v!r}", expected="None or a finite number > 0")
+                object.__setattr__(self, name, float(v))
         _choice("weighting", self.weighting, WEIGHTINGS)
         if self.clip_norm is not None and self.weighting != "uniform":
             raise ConfigError(f"clip_norm={self.clip_norm!r} with weighting={self.weighting!r}",
@@ -266,9 +275,11 @@ class FedLmConfig:
         object.__setattr__(self, "compression", CompressionSettings.of(self.compression))
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as a plain dict (read back by :meth:`from_dict`; ``compression`` only when on, so
-        runs without it keep their checkpoint keys)."""
+        """The configuration as a plain dict (read back by :meth:`from_dict`; ``grad_clip`` and ``compression``
+        only when on, so runs without them keep their checkpoint keys)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.grad_clip is None:
+            del d["grad_clip"]
         d["server"] = dict(self.server)
         if self.compression.enabled:
             d["compression"] = self.compression.to_dict()
@@ -286,7 +297,7 @@ class FedLmConfig:
         >>> FedLmConfig.from_dict({"lr": 1.0})
         Traceback (most recent call last):
         ...
-        privasr.errors.ConfigError: unknown FedLM setting 'lr' (expected one of ['loss', 'threshold', 'local_epochs', 'batch_size', 'client_lr', 'clip_norm', 'weighting', 'server', 'compression'])
+        privasr.errors.ConfigError: unknown FedLM setting 'lr' (expected one of ['loss', 'threshold', 'local_epochs', 'batch_size', 'client_lr', 'grad_clip', 'clip_norm', 'weighting', 'server', 'compression'])
         """
         return config_from_dict(cls, d, "FedLM")
 
@@ -517,6 +528,8 @@ class FedLmAlgorithm(TorchModelAlgorithm):
                     loss = (ce * wt.flatten()).sum() / total
                     model.zero_grad(set_to_none=True)
                     loss.backward()
+                    if self.config.grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)
                     with torch.no_grad():
                         for p in model.parameters():
                             if p.grad is not None:
