@@ -1,26 +1,56 @@
-"""The ``results.json`` every run writes: config, seed, version, data fingerprints and metrics.
+"""The ``results.json`` every run writes: config, seed, version, data fingerprints and metrics, and (run from a git
+checkout) the commit of the code that produced them.
 
 >>> import tempfile, json, pathlib
 >>> out = pathlib.Path(tempfile.mkdtemp())
 >>> p = write_results(out, config={"n": 1}, seed=3, metrics={"wer": 0.25})
 >>> d = json.loads(p.read_text())
->>> d["seed"], d["metrics"]["wer"], sorted(d)
+>>> d["seed"], d["metrics"]["wer"], sorted(set(d) - {"source"})
 (3, 0.25, ['config', 'data', 'metrics', 'python', 'seed', 'version'])
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import platform
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from privasr import __version__
 
-__all__ = ["fingerprint", "write_results", "to_jsonable"]
+__all__ = ["fingerprint", "write_results", "to_jsonable", "source_revision"]
+
+
+@functools.cache
+def source_revision() -> dict[str, Any] | None:
+    """``{"commit": SHA, "dirty": bool}``: the git commit of the source tree privasr runs from and whether its
+    tracked files differ from it; ``None`` for an installed package (no ``.git`` beside ``src/``) or without git.
+
+    Pinned at the first call: the command line calls it as it starts, so a run that takes an hour records the code
+    it started with, not a commit made meanwhile. :func:`write_results` records it as ``source``.
+
+    >>> r = source_revision()
+    >>> r is None or (len(r["commit"]) == 40 and isinstance(r["dirty"], bool))
+    True
+    """
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                                  check=True).stdout.strip()
+
+        head = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head, "dirty": dirty} if len(head) == 40 else None
 
 
 def fingerprint(path: str | Path) -> dict[str, Any]:
@@ -76,7 +106,8 @@ def write_results(
     filename: str = "results.json",
     runner: str | None = None,
 ) -> Path:
-    """Write ``out_dir/results.json`` with ``runner``, ``config``, ``seed``, ``version``, ``data`` and ``metrics``.
+    """Write ``out_dir/results.json`` with ``runner``, ``config``, ``seed``, ``version``, ``source`` (the code's
+    commit, :func:`source_revision`, when known), ``data`` and ``metrics``.
 
     ``data`` maps a name to a path (fingerprinted here) or to an already computed fingerprint; ``runner`` names
     what wrote the run (``fmp``, ``fedlm``, ``rescore``, ...: ``privasr report`` overlays runs of one runner).
@@ -89,6 +120,7 @@ def write_results(
         "config": to_jsonable(config),
         "seed": seed,
         "version": __version__,
+        **({"source": src} if (src := source_revision()) is not None else {}),
         "python": platform.python_version(),
         "data": to_jsonable(fps),
         "metrics": to_jsonable(metrics),

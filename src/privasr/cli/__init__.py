@@ -46,8 +46,10 @@ def _root(
 ) -> None:
     """privasr: federated, differentially private and anonymised adaptation for ASR."""
     from privasr.progress import set_quiet
+    from privasr.results import source_revision
 
     set_quiet(True if quiet else None)
+    source_revision()  # pinned now: a run records the commit it started from
 
 
 def _register() -> None:
@@ -65,6 +67,7 @@ def _register() -> None:
         fedlm,
         fmp,
         ftl,
+        headlines,
         lm,
         privacy,
         report,
@@ -92,6 +95,7 @@ def _register() -> None:
     app.command("anonymize")(anonymize.anonymize)
     app.command("audit")(audit.audit)
     app.command("report")(report.report)
+    app.command("headlines")(headlines.headlines)
 
 
 _register()
@@ -121,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns a command's typer.Exit(code) instead of raising it
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code
     except PrivasrError as e:
         console.print(Text.assemble(("error: ", "bold red"), str(e)), highlight=False, soft_wrap=True)
         return 2
