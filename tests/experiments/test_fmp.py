@@ -41,16 +41,31 @@ def _raw(corpus: Path, tmp: Path, **over) -> dict:
     return apply_overrides(raw, over)
 
 
-def test_run_writes_the_contract_metrics_and_tables(corpus, tmp_path):
+def test_run_writes_the_contract_metrics_and_tables(corpus, tmp_path, monkeypatch):
+    from privasr.experiments import fmp
+
+    seeds, real = [], fmp.simulate
+
+    def spy(*a, **k):
+        if k.get("dp") is not None:
+            seeds.append(k["seed"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(fmp, "simulate", spy)
     cfg = load_fmp_config(_raw(corpus, tmp_path, **{"tables": {"rounds": [1, 2], "epsilon": [1.0]}}))
     m = run_fmp(cfg, tmp_path / "out")
+    assert seeds == [0, 1, 2, 3, 4]  # the epsilon row's noise draws: distinct seeds
     for k in ("wer", "wer_baseline", "wer_rel_change", "mapsswe_p", "rounds", "lam"):
         assert k in m
     assert m["rounds"] == 2 and m["lam"] in (0.0, 0.5, 1.0)
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["metrics"]["wer"] == m["wer"] and res["config"]["name"] == "fmp-test"
     assert [r["T"] for r in res["tables"]["rounds"]] == [1, 2]
-    assert res["tables"]["epsilon"][0]["epsilon"] == pytest.approx(1.0, abs=1e-3)
+    eps = res["tables"]["epsilon"][0]
+    assert eps["epsilon"] == pytest.approx(1.0, abs=1e-3)  # per draw, not multiplied by the draws
+    # the epsilon row is the mean of 5 noise draws (distinct seeds), with their range
+    assert eps["draws"] == 5 and len(eps["mapsswe_p_draws"]) == 5
+    assert eps["wer_min"] <= eps["wer"] <= eps["wer_max"]
     assert len(res["history"]) == 3  # T + 1 rounds
     report = (tmp_path / "out" / "report.md").read_text()
     assert m["wer_system"].endswith(" rescoring + FMP, T = 2") and f"| {m['wer_system']} |" in report

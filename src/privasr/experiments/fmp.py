@@ -71,7 +71,8 @@ Config (YAML; every key optional unless marked; the schema is :class:`FmpRunConf
     dp: null                          # {epsilon: REQUIRED, unit: utterance | user, cap: 1.0, accountant: pld | rdp,
                                       #  delta: 1e-5, threshold_sd: 3.0}
     federated: {backend: local, backend_options: {}, sampler: all, min_clients: 1}
-    tables: {rounds: [T, ...], hyper: [{alpha, beta, sigma}, ...], epsilon: [EPS, ...], bigram: [T, ...]}
+    tables: {rounds: [T, ...], hyper: [{alpha, beta, sigma}, ...], epsilon: [EPS, ...], bigram: [T, ...],
+             epsilon_draws: 5}        # every epsilon row: the mean over 5 noise draws (seeds seed .. seed + 4)
     eval: {bootstrap_resamples: 1000}
     folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled
                                       # (privasr.experiments.fmp_folds; privasr fmp run --folds K)
@@ -258,6 +259,7 @@ class TablesSettings:
     rounds: tuple[int, ...] | None = None
     hyper: tuple[HyperRow, ...] | None = None
     epsilon: tuple[float, ...] | None = None
+    epsilon_draws: int = setting(5, min=1)
     bigram: tuple[int, ...] | None = None
 
     @classmethod
@@ -1037,21 +1039,35 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
     ids = [nb.utt_id for nb in p.test]
     w_base = wer(refs, base_words)
 
-    def row(fmp: Mapping[str, Any], rounds: int, dp: Mapping[str, Any] | None) -> dict[str, Any]:
-        clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.clients.key, rounds,
-                                p.bias_weight, cfg.oracle_cache)
+    def row(fmp: Mapping[str, Any], rounds: int, dp: Mapping[str, Any] | None, draws: int = 1) -> dict[str, Any]:
+        """One row; with ``draws > 1`` (DP rows) the mean over noise seeds ``seed .. seed + draws - 1``: mean WER,
+        the draws' range, the median MAPSSWE p, and the bootstrap interval of the draw-mean's change."""
         fmp = {**fmp, "sigma": 0.1} if cfg.oracle_cache else fmp
         if lam2 is not None and "lam2" not in fmp:
             fmp = {**fmp, "lam2": lam2}
-        chosen, _, priv = simulate(clients, p.u, fmp, lam, rounds, seed=cfg.seed, dp=dp,
-                                   shift=1 if cfg.oracle_cache else 0, bigram=p.bigram, normalizer=norm)
-        words = _words(chosen, p.test)
-        w = wer(refs, words)
-        mp = mapsswe(refs, words, base_words, ids=ids)
-        bs = paired_bootstrap(w.utt_errors, w_base.utt_errors, w.utt_ref_words, seed=cfg.seed,
+        wers, ps, errors, priv = [], [], None, {}
+        for d in range(draws):
+            clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.clients.key, rounds,
+                                    p.bias_weight, cfg.oracle_cache)
+            chosen, _, priv = simulate(clients, p.u, fmp, lam, rounds, seed=cfg.seed + d, dp=dp,
+                                       shift=1 if cfg.oracle_cache else 0, bigram=p.bigram, normalizer=norm)
+            words = _words(chosen, p.test)
+            w = wer(refs, words)
+            mp = mapsswe(refs, words, base_words, ids=ids)
+            wers.append(w.wer)
+            ps.append(mp.p)
+            e = np.asarray(w.utt_errors, dtype=np.int64)
+            errors = e if errors is None else errors + e
+            better = mp.better
+        # the draws' summed errors against draws x the baseline's: the interval of the draw-mean's change
+        bs = paired_bootstrap(errors, draws * np.asarray(w_base.utt_errors, dtype=np.int64),
+                              draws * np.asarray(w.utt_ref_words, dtype=np.int64), seed=cfg.seed,
                               resamples=cfg.eval.bootstrap_resamples)
-        return {"wer": w.wer, "mapsswe_p": mp.p, "better": mp.better, "ci_low": bs.ci_low, "ci_high": bs.ci_high,
-                **priv}
+        out = {"wer": float(np.mean(wers)), "mapsswe_p": float(np.median(ps)),
+               "better": better if draws == 1 else None, "ci_low": bs.ci_low, "ci_high": bs.ci_high, **priv}
+        if draws > 1:
+            out.update(draws=draws, wer_min=min(wers), wer_max=max(wers), mapsswe_p_draws=ps)
+        return out
 
     t, params, rounds = cfg.tables, cfg.fmp.params(), cfg.fmp.rounds
     out: dict[str, Any] = {}
@@ -1064,8 +1080,8 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
                          for r in t.bigram]
     if t.epsilon is not None:
         base_dp = cfg.dp if cfg.dp is not None else DpSettings(epsilon=1.0)
-        out["epsilon"] = [{"epsilon_target": e, **row(params, rounds, to_dict(dataclasses.replace(base_dp, epsilon=e)))}
-                          for e in t.epsilon]
+        out["epsilon"] = [{"epsilon_target": e, **row(params, rounds, to_dict(dataclasses.replace(base_dp, epsilon=e)),
+                                                      t.epsilon_draws)} for e in t.epsilon]
     return out
 
 
@@ -1112,7 +1128,14 @@ def _report(cfg: FmpRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any],
                   + ", ".join(f"{w} +{n}" for w, n in wc["gained"]) + "; less often: "
                   + ", ".join(f"{w} -{n}" for w, n in wc["lost"]) + ".", ""]
     def cell(k: str, v: Any) -> str:
-        return _pct(v) if k == "wer" else (f"{v:.3g}" if isinstance(v, float) else str(v))
+        if k in ("wer", "wer_min", "wer_max"):
+            return _pct(v)
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, cell, skip=("better",))
+    if any(r.get("draws") for r in tables.get("epsilon", ())):
+        lines += [f"The epsilon rows are means over {cfg.tables.epsilon_draws} noise draws (seeds {cfg.seed} to "
+                  f"{cfg.seed + cfg.tables.epsilon_draws - 1}): `wer_min` to `wer_max` is the draws' range, "
+                  "`mapsswe_p` their median, the interval that of the draw-mean's change. Epsilon is per draw: the "
+                  "draws are repeated simulations of one release.", ""]
+    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, cell, skip=("better", "mapsswe_p_draws"))
                                              for name, rows in tables.items())
