@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 EXTRAS ?= dev,federated,asr,ner,plots,onnx,whisper
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test test-all bench lint clean
+.PHONY: setup demo test test-all bench headlines lint clean
 
 $(STAMP): pyproject.toml setup.py src/privasr/lm/ngram/_engine.c src/privasr/lm/neural/_dropout.c src/privasr/lm/neural/_nll.c \
 		src/privasr/lm/neural/_trie.c src/privasr/metrics/_netdp.c
@@ -43,6 +43,11 @@ bench:
 	$(MAKE) setup EXTRAS=dev,federated,asr,plots,bench
 	test -x /usr/lib/irstlm/bin/tlm || command -v tlm >/dev/null || (apt-get update -qq && apt-get install -y -qq irstlm) || echo "irstlm unavailable: its ratio is skipped"
 	$(BIN)/privasr bench all --out bench-out
+
+headlines: setup
+	# rerun the headline figures of docs/results.md (configs/headlines.yaml) with a fresh LM cache: every NNLM is
+	# trained again (about 45 minutes on 2 cores); exit status 1 when a figure drifts beyond its tolerance
+	$(BIN)/privasr headlines --config configs/headlines.yaml --out runs/headlines
 
 lint: setup
 	$(BIN)/ruff check src tests
