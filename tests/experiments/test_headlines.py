@@ -81,3 +81,17 @@ def test_bad_headline_files(raw, match):
 def test_only_names_a_headline(rescore_config, tmp_path):
     with pytest.raises(ConfigError, match="no such headline"):
         run_headlines(load_headlines(_headlines(rescore_config, 0.2)), tmp_path / "o", only=["other"])
+
+
+def test_the_shipped_headlines_file_validates_and_names_shipped_configs():
+    from pathlib import Path
+
+    from privasr.config import read_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_headlines(read_config(root / "configs" / "headlines.yaml"))
+    for h in cfg.headlines:
+        config = h.command[h.command.index("--config") + 1]
+        assert (root / config).is_file(), config
+        assert h.commit and h.cache in ("cache_dir", "output.lm_cache")
+        assert all(cfg.tolerance_of(h, k) > 0 for k in h.metrics)
