@@ -15,7 +15,7 @@ from rich.markup import escape
 from privasr.cli._console import make_console
 from privasr.errors import InputError
 
-__all__ = ["app", "run"]
+__all__ = ["app", "run", "stability"]
 
 app = typer.Typer(help="Federated NNLM fine-tuning on first-pass transcripts with confidence-weighted losses.",
                   no_args_is_help=True)
@@ -82,4 +82,50 @@ def run(
     if "epsilon" in m:
         line += f"; epsilon = {m['epsilon']:.3g} at delta = {m['delta']:.3g}"
     con.print(escape(line))
+    con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+
+
+def _clip(value: str) -> float | None:
+    """``none`` or a number > 0 (validated by FedLmConfig)."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"--grad-clip {value!r}", expected="'none' or a number > 0") from None
+
+
+@app.command("stability")
+def stability(
+    config: Path = typer.Option(..., "--config", help="A fedlm YAML config: its clients, NNLM and fedlm settings."),
+    out: Path = typer.Option(..., "--out", help="Output folder: results.json, report.md."),
+    lr: list[float] = typer.Option([1.0], "--lr", help="A client learning rate to try (repeatable)."),
+    grad_clip: list[str] = typer.Option(["none"], "--grad-clip", help="A local gradient bound to try, or 'none' "
+                                        "(repeatable)."),
+    draws: int = typer.Option(3, "--draws", help="Batch orders per client and cell."),
+    start: list[Path] = typer.Option([], "--from", help="Also train from this checkpoint (a fedlm run's "
+                                     "model.pt; repeatable); the pre-trained NNLM is always a start."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config value (dotted keys; repeatable)."),
+) -> None:
+    """How close local training runs to divergence: every client trains one round locally per learning rate,
+    gradient bound and start; the report counts non-finite models, the losses and the clipped batches."""
+    from privasr.cli.rescore import _command_line
+    from privasr.config import apply_overrides, parse_overrides, read_config
+    from privasr.experiments.fedlm import load_fedlm_config
+    from privasr.experiments.fedlm_stability import run_stability
+    from privasr.outputs import check_output_dir, output_dir
+
+    check_output_dir(out)
+    raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    try:
+        cfg = load_fedlm_config(raw)
+    except InputError as e:
+        raise e.at(config) from None
+    clips = [_clip(c) for c in grad_clip]
+    with output_dir(out), make_console(stderr=True).status(f"local training stability ({cfg.name})"):
+        m = run_stability(cfg, out, lrs=lr, clips=clips, draws=draws, starts=start, argv=_command_line())
+    con = make_console()
+    for c in m["cells"]:
+        con.print(escape(f"lr {c['client_lr']:g}, grad_clip {c['grad_clip']}, from {c['start']}: "
+                         f"{c['non_finite']} of {c['trainings']} non-finite, mean loss {c['mean_loss']}"))
     con.print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
