@@ -123,9 +123,9 @@ def test_the_reference_text_oracle_trains_on_the_dev_references(corpus, tmp_path
 
 def test_oracle_confidences_are_the_reference_alignment_labels(corpus, tmp_path):
     from privasr.confidence.features import labels_many
-    from privasr.experiments.fedlm import _nbest_data
+    from privasr.experiments.fedlm import load_data
 
-    data = _nbest_data(load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "oracle"})))
+    data = load_data(load_fedlm_config(_raw(corpus, tmp_path, confidence={"source": "oracle"})))
     labels = {nb.utt_id: y for nb, y in zip(data.dev, labels_many(data.dev), strict=True)}
     by_words = {nb.best.words: labels[nb.utt_id] for nb in data.dev if nb.best.words}
     seen = 0
