@@ -45,7 +45,7 @@ def test_each_meeting_is_tested_once_by_a_model_trained_without_it(corpus, tmp_p
     ppls = [f["ppl"] for f in res["folds"]]
     assert min(ppls) <= m["ppl"] <= max(ppls)
     # token weighting against all utterances, pooled (compare_all is on)
-    for k in ("wer_all", "vs_all_rel_change", "vs_all_mapsswe_p", "ppl_all_utts"):
+    for k in ("wer_all", "vs_all_rel_change", "vs_all_mapsswe_p", "ppl_all_utts", "all_meeting_ci_low"):
         assert k in m
     assert m["dropped_updates"] == 0 and all(f["dropped_updates"] == 0 for f in res["folds"])
     report = (tmp_path / "out" / "report.md").read_text()

@@ -147,6 +147,9 @@ def run_fedlm_folds(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str]
                      [(r["wer"] - r["wer_all"]) / r["wer_all"] if r["wer_all"] else None for r in rows], **opts)
         metrics.update(wer_all=m_all["wer"], wer_all_rel_change=m_all["wer_rel_change"],
                        mapsswe_p_all=m_all["mapsswe_p"], ppl_all_utts=_pooled_ppl(rows, "ppl_all"),
+                       all_meeting_ci_low=m_all["meeting_bootstrap_ci_low"],
+                       all_meeting_ci_high=m_all["meeting_bootstrap_ci_high"],
+                       all_folds_improved=m_all["folds_improved"],
                        vs_all_rel_change=vs["wer_rel_change"], vs_all_mapsswe_p=vs["mapsswe_p"],
                        vs_all_ci_low=vs["bootstrap_ci_low"], vs_all_ci_high=vs["bootstrap_ci_high"],
                        vs_all_meeting_ci_low=vs["meeting_bootstrap_ci_low"],
