@@ -38,7 +38,7 @@ def run(
 
     With --folds K every meeting is tested once, by a model fine-tuned and weights tuned without it; the report
     gives each fold, the pooled figures and their spread across folds and meetings."""
-    from privasr.cli.rescore import _command_line
+    from privasr.cli.rescore import _command_line, print_folds
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
     from privasr.metrics.bootstrap import difference_interval
@@ -59,15 +59,10 @@ def run(
 
         with output_dir(out), make_console(stderr=True).status(f"FedLM ({cfg.name}), {cfg.folds} folds"):
             m = run_fedlm_folds(cfg, out, argv=_command_line())
-        make_console().print(escape(
-            f"pooled over {cfg.folds} folds: {m['wer_system']} {100 * m['wer']:.2f}% against "
-            f"{100 * m['wer_baseline']:.2f}% (relative {100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = "
-            f"{m['mapsswe_p']:.3g}); folds {100 * m['fold_rel_change_min']:+.2f}% to "
-            f"{100 * m['fold_rel_change_max']:+.2f}%, {m['folds_improved']} of {cfg.folds} improve"
-            + (f"; against all utterances {100 * m['vs_all_rel_change']:+.2f}% (MAPSSWE p = "
-               f"{m['vs_all_mapsswe_p']:.3g})" if "vs_all_rel_change" in m else "")
-            + f"; {m['dropped_updates']} client updates dropped"))
-        make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        print_folds(m, out, m["wer_system"],
+                    (f"; against all utterances {100 * m['vs_all_rel_change']:+.2f}% (MAPSSWE p = "
+                     f"{m['vs_all_mapsswe_p']:.3g})" if "vs_all_rel_change" in m else "")
+                    + f"; {m['dropped_updates']} client updates dropped")
         return
     with output_dir(out), make_console(stderr=True).status(f"FedLM ({cfg.name})"):
         m = run_fedlm(cfg, out, argv=_command_line())

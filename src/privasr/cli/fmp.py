@@ -39,7 +39,7 @@ def run(
 
     With --folds K every meeting is a test client once, the settings tuned without it; the report gives each fold,
     the pooled figures and their spread across folds and meetings (and noise draws with --dp-draws R)."""
-    from privasr.cli.rescore import _command_line, print_warnings
+    from privasr.cli.rescore import _command_line, print_folds, print_warnings
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
     from privasr.metrics.bootstrap import difference_interval
@@ -62,13 +62,8 @@ def run(
 
         with output_dir(out), make_console(stderr=True).status(f"FMP ({cfg.name}), {cfg.folds} folds"):
             m = run_fmp_folds(cfg, out, argv=_command_line())
-        make_console().print(escape(
-            f"pooled over {cfg.folds} folds: {m['wer_system']} {100 * m['wer']:.2f}% against "
-            f"{100 * m['wer_baseline']:.2f}% (relative {100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = "
-            f"{m['mapsswe_p']:.3g}); folds {100 * m['fold_rel_change_min']:+.2f}% to "
-            f"{100 * m['fold_rel_change_max']:+.2f}%, {m['folds_improved']} of {cfg.folds} improve"
-            + (f"; epsilon = {m['epsilon']:.3g} per fold" if m.get("epsilon") is not None else "")))
-        make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        print_folds(m, out, m["wer_system"],
+                    f"; epsilon = {m['epsilon']:.3g} per fold" if m.get("epsilon") is not None else "")
         return
     with output_dir(out), make_console(stderr=True).status(f"FMP ({cfg.name})"):
         m = run_fmp(cfg, out, argv=_command_line())

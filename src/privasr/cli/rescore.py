@@ -8,6 +8,7 @@ same config from flags for quick ad-hoc use (flags and ``--set`` also override a
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import typer
 from privasr.cli._console import make_console
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["app", "run", "flags_to_overrides", "print_warnings"]
+__all__ = ["app", "run", "flags_to_overrides", "print_warnings", "print_folds"]
 
 app = typer.Typer(help="Rescore N-best lists with language models; tune weights on dev, report test WER.",
                   no_args_is_help=True)
@@ -57,6 +58,20 @@ def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], pri
     if method is not None:
         out["search.method"] = method
     return out
+
+
+def print_folds(m: Mapping[str, Any], out: Path, system: str, extra: str = "") -> None:
+    """The one-line summary of a cross-validated run (``--folds K``: ``rescore``, ``fmp``, ``fedlm``) and where its
+    results and report are: the pooled WER of ``system`` against the baseline, MAPSSWE p, the folds' spread and
+    ``extra`` (appended as given)."""
+    from rich.markup import escape
+
+    make_console().print(escape(
+        f"pooled over {m['folds']} folds: {system} {100 * m['wer']:.2f}% against {100 * m['wer_baseline']:.2f}% "
+        f"(relative {100 * m['wer_rel_change']:+.2f}%, MAPSSWE p = {m['mapsswe_p']:.3g}); folds "
+        f"{100 * m['fold_rel_change_min']:+.2f}% to {100 * m['fold_rel_change_max']:+.2f}%, {m['folds_improved']} of "
+        f"{m['folds']} improve" + extra))
+    make_console().print(f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
 
 
 def print_warnings(metrics: dict[str, Any]) -> None:
@@ -124,12 +139,7 @@ def run(
 
         with output_dir(out), console.status(f"rescoring ({cfg.name}), {cfg.folds} folds"):
             metrics = run_rescore_folds(cfg, out, argv=_command_line())
-        make_console().print(
-            f"pooled over {cfg.folds} folds: test WER {100 * metrics['wer']:.2f}% (baseline "
-            f"{100 * metrics['wer_baseline']:.2f}%, relative {100 * metrics['wer_rel_change']:+.2f}%, MAPSSWE p = "
-            f"{metrics['mapsswe_p']:.3g}); folds {100 * metrics['fold_rel_change_min']:+.2f}% to "
-            f"{100 * metrics['fold_rel_change_max']:+.2f}%, {metrics['folds_improved']} of {cfg.folds} improve\n"
-            f"[bold]results:[/] {out / 'results.json'}  [bold]report:[/] {out / 'report.md'}")
+        print_folds(metrics, out, "test WER")
         return
     with output_dir(out), console.status(f"rescoring ({cfg.name})"):
         metrics = run_rescore(cfg, out, argv=_command_line())
