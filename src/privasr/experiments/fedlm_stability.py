@@ -30,31 +30,6 @@ from privasr.experiments.fedlm import FedLmRunConfig, build_model, encode, load_
 __all__ = ["run_stability"]
 
 
-class _ClipCounter:
-    """Counts the calls of ``torch.nn.utils.clip_grad_norm_`` and those whose norm exceeded the bound, while
-    installed (a context manager)."""
-
-    def __enter__(self) -> _ClipCounter:
-        import torch
-
-        self.calls = self.clipped = 0
-        self._orig = torch.nn.utils.clip_grad_norm_
-
-        def counting(params: Any, max_norm: float, *a: Any, **k: Any) -> Any:
-            norm = self._orig(params, max_norm, *a, **k)
-            self.calls += 1
-            self.clipped += int(float(norm) > max_norm)
-            return norm
-
-        torch.nn.utils.clip_grad_norm_ = counting
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch
-
-        torch.nn.utils.clip_grad_norm_ = self._orig
-
-
 def _starts(model: Any, paths: Sequence[str | Path]) -> dict[str, dict[str, np.ndarray]]:
     """The starting parameters: the pre-trained NNLM's (``pretrained``) and each checkpoint's, by file name."""
     from privasr.lm.neural.checkpoint import load_checkpoint
@@ -103,19 +78,19 @@ def run_stability(cfg: FedLmRunConfig, out: str | Path, *, lrs: Sequence[float],
     for lr, clip, conf in confs:
         alg = FedLmAlgorithm(conf, model.lm.model.config, model.lm.vocab, model.init_params)
         for name, params in start_params.items():
-            bad, losses = 0, []
-            with _ClipCounter() as counter:
-                for d in range(draws):
-                    for i, client in enumerate(sets.clients):
-                        trained, m = alg.local_train(params, client, np.random.default_rng([cfg.seed, d, i]))
-                        finite = math.isfinite(m["loss"]) and all(np.all(np.isfinite(v)) for v in trained.values())
-                        bad += not finite
-                        losses.append(m["loss"])
+            bad, losses, steps, clipped = 0, [], 0, 0
+            for d in range(draws):
+                for i, client in enumerate(sets.clients):
+                    trained, m = alg.local_train(params, client, np.random.default_rng([cfg.seed, d, i]))
+                    bad += not (math.isfinite(m["loss"]) and all(np.all(np.isfinite(v)) for v in trained.values()))
+                    losses.append(m["loss"])
+                    steps += m["steps"]
+                    clipped += m["clipped_steps"]
             fin = [x for x in losses if math.isfinite(x)]
             cells.append({"client_lr": lr, "grad_clip": clip, "start": name, "trainings": len(losses),
                           "non_finite": bad, "mean_loss": float(np.mean(fin)) if fin else None,
                           "max_loss": max(fin) if fin else None,
-                          "clipped_share": counter.clipped / counter.calls if counter.calls else None})
+                          "clipped_share": clipped / steps if clip is not None and steps else None})
     metrics = {"cells": cells, "clients": len(sets.clients), "draws": draws, "seconds": time.perf_counter() - t0}
     write_results(out, runner="fedlm-stability", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"nnlm": model.info, "command": list(argv) if argv is not None else None})

@@ -174,6 +174,9 @@ def test_grad_clip_bounds_every_local_step(vocab, mcfg):
     tight = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0, grad_clip=1e-3)
     u, _ = tight.client_update(start, client, None, rng(1))
     assert 0 < global_norm(u.arrays) <= 4 * 1e-3 * (1 + 1e-4)
+    _, m = tight.local_train(start, client, rng(1))
+    assert m["steps"] == 4 and m["clipped_steps"] == 4  # counted on the device, never uploaded
+    assert set(u.metrics) == {"loss", "tokens"}
     # a bound no gradient reaches changes nothing: the same delta as no clipping, bit for bit
     loose = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0, grad_clip=1e9)
     plain = make_alg(vocab, mcfg, server="fedavg", batch_size=1, client_lr=1.0)

@@ -495,7 +495,9 @@ class FedLmAlgorithm(TorchModelAlgorithm):
 
     def local_train(self, params: Mapping[str, np.ndarray], client: FedLmClient,
                     rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """``local_epochs`` epochs of SGD from ``params`` on ``client``; the trained parameters and metrics.
+        """``local_epochs`` epochs of SGD from ``params`` on ``client``; the trained parameters and metrics
+        (``loss``, ``tokens``, ``words``, ``steps`` and, with ``grad_clip``, ``clipped_steps``: the steps whose
+        gradient was scaled down). Only ``loss`` and ``tokens`` are uploaded (:meth:`client_update`).
 
         Each epoch shuffles the windows with ``rng`` and cuts them into batches of ``batch_size``; torch's
         generator (dropout) is seeded from ``rng`` inside a forked RNG state.
@@ -508,6 +510,7 @@ class FedLmAlgorithm(TorchModelAlgorithm):
         lr = self.config.client_lr
         bs = self.config.batch_size
         loss_sum, weight_sum = 0.0, 0.0
+        steps = clipped = 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(rng.integers(2 ** 63 - 1)))
             for _ in range(self.config.local_epochs):
@@ -529,7 +532,9 @@ class FedLmAlgorithm(TorchModelAlgorithm):
                     model.zero_grad(set_to_none=True)
                     loss.backward()
                     if self.config.grad_clip is not None:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)
+                        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.config.grad_clip)
+                        clipped += int(float(norm) > self.config.grad_clip)
+                    steps += 1
                     with torch.no_grad():
                         for p in model.parameters():
                             if p.grad is not None:
@@ -538,7 +543,8 @@ class FedLmAlgorithm(TorchModelAlgorithm):
                     weight_sum += total
         model.eval()
         tokens = float(sum(int(np.count_nonzero(a > 0)) for a in wts))
-        metrics = {"loss": loss_sum / weight_sum if weight_sum > 0 else 0.0, "tokens": tokens, "words": words}
+        metrics = {"loss": loss_sum / weight_sum if weight_sum > 0 else 0.0, "tokens": tokens, "words": words,
+                   "steps": steps, "clipped_steps": clipped}
         return self.params_of(model), metrics
 
     def client_update(self, payload: Mapping[str, np.ndarray], client: FedLmClient, client_state: Any,
