@@ -28,6 +28,8 @@ def test_clipping_keeps_a_diverging_rate_finite(corpus, tmp_path):  # noqa: F811
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["runner"] == "fedlm-stability"
     assert "| 10000 | 0.5 | pretrained |" in (tmp_path / "out" / "report.md").read_text()
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "out" / "plots" / "stability.png").is_file()
 
 
 def test_bad_settings_and_a_foreign_checkpoint_are_clear_errors(corpus, tmp_path, capsys):  # noqa: F811

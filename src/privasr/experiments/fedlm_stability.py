@@ -53,13 +53,14 @@ def run_stability(cfg: FedLmRunConfig, out: str | Path, *, lrs: Sequence[float],
                   draws: int = 3, starts: Sequence[str | Path] = (), argv: Sequence[str] | None = None
                   ) -> dict[str, Any]:
     """Train every client locally for each ``(client_lr, grad_clip)`` and start (module docstring); write
-    ``out/results.json`` and ``out/report.md``. Returns the metrics (``cells``: one row per lr, clip and start).
+    ``out/results.json``, ``out/report.md`` and ``out/plots/stability.png``. Returns the metrics (``cells``: one row per lr, clip and start).
 
     Raises:
         ConfigError: a bad ``client_lr`` or ``grad_clip`` (:class:`~privasr.federated.algorithms.fedlm.FedLmConfig`).
         InputError: ``draws < 1``, no rates, or a starting checkpoint of another model.
     """
     from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
+    from privasr.plots import plots_section
     from privasr.results import write_results
 
     if draws < 1 or not lrs or not clips:
@@ -94,7 +95,7 @@ def run_stability(cfg: FedLmRunConfig, out: str | Path, *, lrs: Sequence[float],
     metrics = {"cells": cells, "clients": len(sets.clients), "draws": draws, "seconds": time.perf_counter() - t0}
     write_results(out, runner="fedlm-stability", config=to_dict(cfg), seed=cfg.seed, metrics=metrics,
                   extra={"nnlm": model.info, "command": list(argv) if argv is not None else None})
-    (out / "report.md").write_text(_report(cfg, metrics, argv), encoding="utf-8")
+    (out / "report.md").write_text(_report(cfg, metrics, argv) + plots_section(out), encoding="utf-8")
     return metrics
 
 

@@ -10,6 +10,8 @@ its numbers, so one function serves every runner that writes that part:
 * :func:`~privasr.plots.curves.round_curves`: the round ``history`` (FedLM, FMP);
 * :func:`~privasr.plots.curves.ftl_convergence`: FTL's ``runs`` (loss per round against FedAvg, test WER);
 * :func:`~privasr.plots.sweeps.table_sweeps`: ``tables`` (WER against T, sigma, epsilon, noise, ...);
+* :func:`~privasr.plots.sweeps.stability_curves`: ``metrics.cells`` of ``privasr fedlm stability`` (non-finite
+  client models and training loss against the client learning rate);
 * :func:`~privasr.plots.reliability.reliability_diagram`: ``reliability`` (the confidence model);
 * :func:`~privasr.plots.systems.system_wers`, :func:`~privasr.plots.systems.client_spread`,
   :func:`~privasr.plots.systems.seed_pairs`, :func:`~privasr.plots.systems.fold_spread`: WER by system, over
@@ -48,7 +50,7 @@ from privasr.plots._figure import EXTRA_HINT, Plot, PlotsUnavailable, Run, pyplo
 from privasr.plots.audit import epsilon_bounds, exposure_curves, name_survival, roc_curves
 from privasr.plots.curves import ftl_convergence, round_curves
 from privasr.plots.reliability import reliability_diagram
-from privasr.plots.sweeps import table_sweeps
+from privasr.plots.sweeps import stability_curves, table_sweeps
 from privasr.plots.systems import client_spread, fold_spread, seed_pairs, system_wers
 
 __all__ = ["KINDS", "Plot", "PlotsUnavailable", "Run", "draw", "markdown", "plots_section", "read_results"]
@@ -57,7 +59,7 @@ log = logging.getLogger("privasr.plots")
 
 KINDS: tuple[Callable[[Sequence[Run]], list[Plot]], ...] = (
     system_wers, client_spread, seed_pairs, fold_spread, round_curves, ftl_convergence, table_sweeps, reliability_diagram,
-    roc_curves, exposure_curves, epsilon_bounds, name_survival)
+    roc_curves, exposure_curves, epsilon_bounds, name_survival, stability_curves)
 """Every kind of plot, in the order a report shows them."""
 
 _warned = False

@@ -21,7 +21,7 @@ from typing import Any
 
 from privasr.plots._figure import Plot, Run, figure, legend, number, rows_of, series_label
 
-__all__ = ["table_sweeps"]
+__all__ = ["table_sweeps", "stability_curves"]
 
 
 @dataclass(frozen=True)
@@ -230,3 +230,47 @@ def _is_number(s: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def stability_curves(runs: Sequence[Run]) -> list[Plot]:
+    """Local training's stability against the client learning rate (``privasr fedlm stability``:
+    ``metrics.cells`` rows with ``client_lr``, ``grad_clip``, ``start``, ``non_finite``, ``trainings`` and
+    ``mean_loss``): the share of trained client models that hold NaN or infinity, and the mean training loss (log
+    scale), one line per gradient bound and start. ``[]`` without such rows.
+
+    >>> cells = [{"client_lr": lr, "grad_clip": None, "start": "pretrained", "non_finite": n, "trainings": 10,
+    ...           "mean_loss": 5.0} for lr, n in ((1.0, 0), (2.0, 4))]
+    >>> [p.name for p in stability_curves([("", {"metrics": {"cells": cells}})])]
+    ['stability']
+    """
+    found = [(label, rows_of((res.get("metrics") or {}).get("cells"))) for label, res in runs]
+    found = [(label, rows) for label, rows in found
+             if rows and all(number(r.get("client_lr")) is not None and number(r.get("trainings")) for r in rows)]
+    if not found:
+        return []
+    fig, (frac, loss) = figure(2, width=5.0, height=3.6)
+    for label, rows in found:
+        groups: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault((r.get("grad_clip"), r.get("start")), []).append(r)
+        for (clip, start), members in groups.items():
+            members = sorted(members, key=lambda r: float(r["client_lr"]))
+            xs = [float(r["client_lr"]) for r in members]
+            name = series_label(label, f"grad_clip {'none' if clip is None else clip}, from {start}")
+            frac.plot(xs, [100 * (number(r.get("non_finite")) or 0.0) / float(r["trainings"]) for r in members],
+                      "o-", label=name)
+            pts = [(x, number(r.get("mean_loss"))) for x, r in zip(xs, members, strict=True)]
+            pts = [(x, y) for x, y in pts if y is not None and y > 0]
+            if pts:
+                loss.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=name)
+    for ax in (frac, loss):
+        ax.set_xscale("log")
+        ax.set_xlabel("client learning rate (local SGD)")
+        ax.grid(alpha=0.3)
+    frac.set_ylabel("client models with NaN or inf (%)")
+    frac.set_title("non-finite after one local round")
+    loss.set_yscale("log")
+    loss.set_ylabel("mean training loss (nats/token)")
+    loss.set_title("loss of the finite models")
+    legend(frac)
+    return [Plot("stability", "Local training against the client learning rate", fig)]
