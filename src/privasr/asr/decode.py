@@ -29,6 +29,14 @@ and its path scores are further right-shifted by ``SENSCR_SHIFT`` = 10 bits, so 
   **The two are on different scales** (bestpath vs A*): compare ``total`` only within ``hyps[1:]``.
 * ``nbest`` -- the A* score of every string found among the A* paths (``hyps[0]`` too, when it is there).
 
+Word confidences: ``hyps[0].confidences`` are the 1-best words' lattice word posteriors ``C_max``
+(:func:`privasr.corpus.formats.htk_lattice.word_posteriors`): pocketsphinx computes every lattice link's
+posterior (forward-backward over the lattice with its acoustic scale ``ascale`` and the bestpath LM weight),
+and a word's confidence is the most, over the frames of its 1-best segment (``Decoder.seg()``), of the
+posteriors summed over the links of the same word through that frame. They are absent (``None``) when the
+segmentation does not spell the 1-best or the lattice has no posteriors; ``NBest.meta["confidence"]`` then
+says why. Other hypotheses carry no confidences.
+
 ``Hypothesis.meta["score_src"]`` is ``"hyp"`` for ``hyps[0]`` and ``"nbest"`` for the rest. ``NBest.meta``
 holds ``decoder_1best``, ``audio_sec``, ``onebest_in_nbest`` (whether the 1-best string was among the A*
 paths), ``n_nbest_paths`` and ``n_nbest_unique``. For rescoring use ``am + a*lm_new + b*lm + c*n_words``
@@ -197,6 +205,7 @@ class Decoder:
         self.lw = float(cfg["lw"])
         self.bestpath_lw = float(cfg["bestpathlw"]) if cfg["bestpath"] else self.lw
         self.wip = float(cfg["wip"])
+        self.frame_rate = int(cfg["frate"])
         self._ln_base = math.log(self.logbase)
 
     @property
@@ -204,7 +213,7 @@ class Decoder:
         """The settings that determine the output (model paths, N-best size, LM weights)."""
         return {**self.paths, "nbest": self.nbest, "nbest_paths": self.nbest_paths, "logbase": self.logbase,
                 "lw": self.lw, "bestpath_lw": self.bestpath_lw, "wip": self.wip, "sample_rate": SAMPLE_RATE,
-                "am_score": "lattice best path", **self.options}
+                "am_score": "lattice best path", "confidence": "lattice word posterior C_max", **self.options}
 
     def lm_logprob(self, words: Sequence[str]) -> float:
         """``ln P(words </s> | <s>)`` under the first-pass LM (unweighted)."""
@@ -225,17 +234,34 @@ class Decoder:
             return -math.inf
         return math.log(raw) * (1 << SENSCR_SHIFT)
 
-    def _lattice_am(self, hyps: Sequence[tuple[str, ...]]) -> list[float | None]:
-        from privasr.corpus.formats.htk_lattice import best_path_scores, read_htk_lattice
+    def _lattice(self) -> Any:
+        """The utterance's word lattice as SLF (:class:`~privasr.corpus.formats.htk_lattice.Lattice`), or None."""
+        from privasr.corpus.formats.htk_lattice import read_htk_lattice
 
         lat = self._ps.get_lattice()
         if lat is None:
-            return [None] * len(hyps)
+            return None
         with tempfile.TemporaryDirectory(prefix="privasr-lat-") as tmp:
             f = Path(tmp) / "utt.slf"
             lat.write_htk(str(f))
-            parsed = read_htk_lattice(f)
-        return best_path_scores(parsed, hyps, word_key=lambda w: _VARIANT.sub("", w))
+            return read_htk_lattice(f)
+
+    def _confidences(self, lattice: Any, best_words: tuple[str, ...]) -> tuple[tuple[float, ...] | None, str]:
+        """The 1-best words' lattice posteriors ``C_max`` and how they were found (see the module doc)."""
+        from privasr.corpus.formats.htk_lattice import word_posteriors
+
+        if lattice is None or lattice.link_posterior is None or np.isnan(lattice.link_posterior).any():
+            return None, "none: no lattice posteriors"
+        frame = 1.0 / self.frame_rate
+        segs = []
+        for sg in self._ps.seg():
+            w = _VARIANT.sub("", sg.word)
+            if not _FILLER.match(w):
+                segs.append((w, sg.start_frame * frame, max(sg.start_frame, sg.end_frame) * frame))
+        if tuple(w for w, _, _ in segs) != best_words:
+            return None, "none: the segmentation does not spell the 1-best"
+        post = word_posteriors(lattice, segs, word_on="start", frame_s=frame, word_key=lambda w: _VARIANT.sub("", w))
+        return tuple(post), "lattice C_max"
 
     def decode_pcm(self, pcm: np.ndarray, utt_id: str, ref: Sequence[str] | None = None, *,
                    timing: dict[str, float] | None = None) -> NBest:
@@ -276,7 +302,14 @@ class Decoder:
                 break
         others = sorted((w for w in astar if w != best_words), key=lambda w: -astar[w])[: self.nbest - 1]
         ranked = [best_words, *others]
-        ams = self._lattice_am(ranked)
+        from privasr.corpus.formats.htk_lattice import best_path_scores
+
+        lattice = self._lattice()
+        if lattice is None:
+            ams: list[float | None] = [None] * len(ranked)
+        else:
+            ams = best_path_scores(lattice, ranked, word_key=lambda w: _VARIANT.sub("", w))
+        confidences, how = self._confidences(lattice, best_words)
         t2 = time.perf_counter()
         hyps = []
         for k, (w, am) in enumerate(zip(ranked, ams, strict=True)):
@@ -287,8 +320,9 @@ class Decoder:
             if w in astar:
                 scores["nbest"] = astar[w]
             scores = {n: v for n, v in scores.items() if not math.isnan(v) and v != math.inf}
-            hyps.append(Hypothesis(w, scores=scores, meta={"score_src": "hyp" if k == 0 else "nbest"}))
-        meta.update(decoder_1best=" ".join(best_words), onebest_in_nbest=best_words in astar,
+            hyps.append(Hypothesis(w, scores=scores, confidences=confidences if k == 0 else None,
+                                   meta={"score_src": "hyp" if k == 0 else "nbest"}))
+        meta.update(decoder_1best=" ".join(best_words), onebest_in_nbest=best_words in astar, confidence=how,
                     n_nbest_paths=n_paths, n_nbest_unique=len(astar))
         out = NBest(utt_id, tuple(hyps), ref=tuple(ref) if ref is not None else None, meta=meta)
         if timing is not None:

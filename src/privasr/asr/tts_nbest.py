@@ -70,7 +70,7 @@ __all__ = [
 NOISE_MODES = ("repeat", "seeded")
 ADAPTATION_TEXT = "adaptation-sentences.txt"
 """The file in an adapted model folder that lists the sentences it was adapted on (for overlap checks)."""
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 An SLF file (``.lat``, ``.slf``, optionally ``.gz``/``.xz``) has header fields (``VERSION=1.0``,
 ``UTTERANCE=...``, ``start=``, ``end=``, scale factors), a size line ``N=<nodes> L=<links>``, then one line
 per node (``I=<id> t=<seconds> W=<word> v=<variant>``) and one per link (``J=<id> S=<from> E=<to>
-a=<acoustic log-prob> l=<LM log-prob> ...``). Words may sit on nodes (pocketsphinx, HTK ``HVite``) or on
+a=<acoustic log-prob> l=<LM log-prob> p=<posterior> ...``). Words may sit on nodes (pocketsphinx, HTK ``HVite``) or on
 links (``W=`` on a ``J=`` line); a link's word, when it has one, is the word of that link, otherwise the word
 of its end node is. Scores are natural-log (``base=`` in the header, if present, converts other bases).
 Field values may be quoted (``W="it's"``) as SLF allows. Every malformed line is an
@@ -13,6 +13,13 @@ Field values may be quoted (``W="it's"``) as SLF allows. Every malformed line is
 (sum of ``a=`` over the links) of a start-to-end path whose non-filler words spell that sequence; filler
 words (``!NULL``, ``!SENT_START``, ``!SENT_END``, ``<s>``, ``<sil>``, ``[NOISE]``, ``++X++``) are free.
 That is how a decoder's N-best strings get comparable acoustic scores from its own lattice.
+
+:func:`word_posteriors` turns the links' posteriors (``p=``, written by pocketsphinx and by HTK's
+``HLRescore -p``) into the confidence of each word of a time-aligned hypothesis: the maximum over the
+word's frames of the summed posterior of every link that carries the same word through that frame
+(``C_max``, Wessel, Schlueter, Macherey and Ney, "Confidence measures for large vocabulary continuous
+speech recognition", IEEE TSAP 2001). Summing over links merges the many copies of a word that differ only
+in their start or end frame, between which a single link's (or node's) posterior is split.
 
 >>> text = '''VERSION=1.0
 ... start=0
@@ -47,7 +54,7 @@ import numpy as np
 from privasr.corpus.textio import PathLike, read_text, split_words
 from privasr.errors import InputError
 
-__all__ = ["Lattice", "parse_htk_lattice", "read_htk_lattice", "best_path_scores", "is_filler"]
+__all__ = ["Lattice", "parse_htk_lattice", "read_htk_lattice", "best_path_scores", "is_filler", "word_posteriors"]
 
 _FILLER = re.compile(r"^(!NULL|!SENT_START|!SENT_END|<.*>|\[.*\]|\+\+.*\+\+)$")
 _FIELD = re.compile(r'([A-Za-z]+)=("(?:[^"\\]|\\.)*"|\S+)')
@@ -67,7 +74,8 @@ class Lattice:
     """A word lattice: node words and times, links with acoustic and LM scores (natural log).
 
     ``node_words[i]`` is node ``i``'s word (``None`` when it has none), ``link_words[j]`` link ``j``'s own
-    word (``None`` when the word is on its end node); ``link_lm`` holds ``nan`` where a link has no ``l=``.
+    word (``None`` when the word is on its end node); ``link_lm`` holds ``nan`` where a link has no ``l=``,
+    ``link_posterior`` (a probability, ``p=``) ``nan`` where a link has no ``p=``.
     """
 
     start: int
@@ -80,6 +88,7 @@ class Lattice:
     link_lm: np.ndarray
     link_words: tuple[str | None, ...]
     header: dict[str, str]
+    link_posterior: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -165,7 +174,7 @@ def parse_htk_lattice(text: str, path: PathLike | str | None = None) -> Lattice:
     header: dict[str, str] = {}
     n_nodes = n_links = None
     nodes: dict[int, tuple[str | None, float | None]] = {}
-    links: dict[int, tuple[int, int, float, float, str | None]] = {}
+    links: dict[int, tuple[int, int, float, float, str | None, float]] = {}
     scale = 1.0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -185,7 +194,12 @@ def parse_htk_lattice(text: str, path: PathLike | str | None = None) -> Lattice:
                         raise InputError(f"link {j} refers to node {end}", expected=f"node ids 0..{n_nodes - 1}")
                 a = _float(f["a"], f"link {j} a") * scale if "a" in f else 0.0
                 lm = _float(f["l"], f"link {j} l") * scale if "l" in f else math.nan
-                links[j] = (s, e, a, lm, f.get("W"))
+                post = _float(f["p"], f"link {j} posterior p") if "p" in f else math.nan
+                if not (math.isnan(post) or 0.0 <= post <= 1.001):
+                    raise InputError(f"link {j} posterior p={f['p']}", expected="a probability in [0, 1]")
+                # decoders computing in integer log base 1.0001 (pocketsphinx) round a certain link to 1.0001
+                post = min(post, 1.0)
+                links[j] = (s, e, a, lm, f.get("W"), post)
             elif "N" in f or "L" in f:
                 if n_nodes is not None:
                     raise InputError("a second N= L= size line", expected="one lattice per file")
@@ -226,6 +240,7 @@ def parse_htk_lattice(text: str, path: PathLike | str | None = None) -> Lattice:
         link_lm=np.array([links[j][3] for j in ls], dtype=np.float64),
         link_words=tuple(links[j][4] for j in ls),
         header=header,
+        link_posterior=np.array([links[j][5] for j in ls], dtype=np.float64),
     )
 
 
@@ -322,3 +337,70 @@ def best_path_scores(lat: Lattice, hyps: Sequence[Sequence[str]], *,
         return [None] * n_h
     best = final[np.arange(n_h), lengths]
     return [float(x) if np.isfinite(x) else None for x in best]
+
+
+def word_posteriors(lat: Lattice, segments: Sequence[tuple[str, float, float]], *, word_on: str = "end",
+                    frame_s: float = 0.01, word_key: Callable[[str], str] | None = None) -> list[float]:
+    """The lattice confidence ``C_max`` of each word of a time-aligned hypothesis (see the module doc).
+
+    Args:
+        lat: a lattice with link posteriors (``p=`` on every link) and node times.
+        segments: ``(word, start_s, end_s)`` for each word to score, in seconds; ``end_s`` is the start of
+            the word's last frame (as decoders report segment end frames), so ``end_s >= start_s``.
+        word_on: which node of a link carries the word the link spans from its start node's time to its end
+            node's: ``"end"`` (the HTK convention: node times are word ends) or ``"start"`` (pocketsphinx's
+            ``write_htk``: a node is a word at its start frame, its out-links are the word's end frames).
+        frame_s: the frame length in seconds (10 ms for pocketsphinx and HTK front ends).
+        word_key: maps a lattice word to the word it spells (e.g. strips pronunciation variants ``(2)``).
+
+    Returns:
+        One probability per segment: the most, over the segment's frames, of the posteriors summed over the
+        links with the same word covering that frame; 0.0 when no such link covers any of its frames.
+
+    Raises:
+        InputError: a link without a posterior, a segment that ends before it starts, or a bad ``word_on`` /
+            ``frame_s``.
+
+    >>> lat = parse_htk_lattice(\'\'\'N=4 L=4
+    ... I=0 t=0.00 W=!NULL
+    ... I=1 t=0.30 W=cat
+    ... I=2 t=0.32 W=cat
+    ... I=3 t=0.60 W=!SENT_END
+    ... J=0 S=0 E=1 a=-1 p=0.5
+    ... J=1 S=0 E=2 a=-1 p=0.3
+    ... J=2 S=1 E=3 a=-1 p=0.5
+    ... J=3 S=2 E=3 a=-1 p=0.3
+    ... \'\'\')
+    >>> [round(p, 3) for p in word_posteriors(lat, [("cat", 0.0, 0.29), ("cat", 0.33, 0.59), ("dog", 0.0, 0.29)])]
+    [0.8, 0.0, 0.0]
+    """
+    if word_on not in ("end", "start"):
+        raise InputError(f"word_on={word_on!r}", expected="'end' or 'start'")
+    if not (math.isfinite(frame_s) and frame_s > 0):
+        raise InputError(f"frame_s={frame_s!r}", expected="a frame length > 0 seconds")
+    post = lat.link_posterior
+    if lat.n_links and (post is None or np.isnan(post).any()):
+        raise InputError("the lattice has links without a posterior p=", expected="p= on every link")
+    times = lat.node_times
+    starts, ends = lat.link_start.tolist(), lat.link_end.tolist()
+    by_word: dict[str, list[tuple[int, int, float]]] = {}
+    for j in range(lat.n_links):
+        s, e = starts[j], ends[j]
+        w = lat.link_words[j] or lat.node_words[s if word_on == "start" else e]
+        t_s, t_e = times[s], times[e]
+        if is_filler(w) or t_s is None or t_e is None:
+            continue
+        key = word_key(w) if word_key is not None else w  # type: ignore[arg-type]
+        by_word.setdefault(key, []).append((round(t_s / frame_s), round(t_e / frame_s), float(post[j])))  # type: ignore[index]
+    out = []
+    for w, t0, t1 in segments:
+        a, b = round(t0 / frame_s), round(t1 / frame_s)
+        if b < a:
+            raise InputError(f"segment {w!r} ends ({t1}) before it starts ({t0})", expected="end >= start")
+        acc = np.zeros(b - a + 1)
+        for f0, f1, p in by_word.get(w, ()):
+            lo, hi = max(f0, a), min(f1 - 1, b)  # a link covers its start node's frame up to the frame before its end's
+            if lo <= hi:
+                acc[lo - a: hi - a + 1] += p
+        out.append(float(min(1.0, acc.max())))
+    return out
