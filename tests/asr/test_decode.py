@@ -110,6 +110,11 @@ def _check(nbs, files):
             assert h.scores["lm"] <= 0.0
             assert h.scores["am"] < 0.0  # every string of the list is a path of the lattice
             assert all("(" not in w and not w.startswith("<") for w in h.words)
+        # the 1-best carries its lattice word posteriors; the other hypotheses carry none
+        best = nb.hyps[0]
+        assert nb.meta["confidence"] == "lattice C_max" and len(best.confidences) == len(best)
+        assert all(0.0 <= c <= 1.0 for c in best.confidences)
+        assert all(h.confidences is None for h in nb.hyps[1:])
 
 
 def test_decode_fsdd_digits_lm(tmp_path, fsdd_recordings):
@@ -160,6 +165,18 @@ def test_lattice_am_scores_rank_like_the_decoder(fsdd_recordings, tmp_path):
             assert np.corrcoef(recon, totals)[0, 1] > 0.9
 
 
+def test_word_confidences_hold_at_least_pocketsphinx_node_posterior(fsdd_recordings):
+    """C_max sums every copy of a word through a frame, so it is never below the posterior pocketsphinx gives
+    the 1-best's own node (``Decoder.seg()``'s ``prob``): this pins the lattice's time and word conventions."""
+    dec = Decoder(nbest=3)
+    for f in _test_split(fsdd_recordings, 4):
+        nb = dec.decode_file(f)
+        node = [s.prob for s in dec._ps.seg() if not s.word.startswith(("<", "[", "+"))]
+        assert len(node) == len(nb.best) and nb.best.confidences is not None
+        for c, p in zip(nb.best.confidences, node, strict=True):
+            assert c >= min(p, 1.0) - 1e-3
+
+
 @pytest.mark.slow
 def test_decode_fsdd_test_split_digits_lm(tmp_path, fsdd_recordings):
     from privasr.metrics.oracle import onebest_wer, oracle_wer
@@ -171,3 +188,10 @@ def test_decode_fsdd_test_split_digits_lm(tmp_path, fsdd_recordings):
     _check(nbs, files)
     w1, wo = onebest_wer(nbs), oracle_wer(nbs)
     assert wo.wer < w1.wer < 0.5  # measured: WER 30.3%, oracle 18.0%
+    # the lattice word posteriors tell right words from wrong ones
+    from privasr.confidence.calibration import roc_auc
+    from privasr.confidence.features import labels_many
+
+    kept = [nb for nb in nbs if nb.best.words]
+    auc = roc_auc(np.concatenate([nb.best.confidences for nb in kept]), np.concatenate(labels_many(kept)))
+    assert auc > 0.7

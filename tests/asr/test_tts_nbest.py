@@ -96,6 +96,7 @@ def test_adapted_model_beats_the_stock_model_on_held_out_speech(adapted, test_da
     nb = mine.records[0]
     assert nb.hyps[0].meta["score_src"] == "hyp" and {"am", "lm", "total"} <= set(nb.hyps[0].scores)
     assert {"tts", "audio_sec", "onebest_in_nbest", "n_nbest_paths", "n_nbest_unique"} <= set(nb.meta)
+    assert nb.meta["confidence"] == "lattice C_max" and len(nb.hyps[0].confidences) == len(nb.hyps[0])
     # the same build reuses its model and its cache
     again = build_tts_nbest(evaluation, tmp_path / "adapted", hmm=adapted)
     assert again.resumed == len(evaluation) and again.records == mine.records
@@ -136,6 +137,9 @@ def test_resume_after_kill_gives_identical_output(test_data, tmp_path, sphinx_to
     assert (killed / "nbest.jsonl").read_bytes() == (full / "nbest.jsonl").read_bytes()
     res = json.loads((killed / "results.json").read_text())
     assert res["metrics"]["resumed"] == done and res["metrics"]["utterances"] == 8, r.stderr
+    # the 1-best words carry the decoder's lattice posteriors, summarised in results.json and report.md
+    assert res["metrics"]["confidence_coverage"] == 1.0 and 0.0 <= res["metrics"]["confidence_auc"] <= 1.0
+    assert "Decoder word confidences" in (killed / "report.md").read_text()
     assert f"{done} of them from the cache" in r.stderr
     # other settings in the same folder are refused, not mixed in
     bad = subprocess.run(_cli(*args[:-1], "5", "--out", str(killed)), capture_output=True, text=True, timeout=600)

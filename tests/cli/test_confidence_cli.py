@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -123,3 +124,33 @@ def test_apply_bad_model(tmp_path, capsys, nbest_file):
     assert main(["confidence", "apply", "--model", str(tmp_path), "--nbest", str(nbest_file),
                  "--out", str(tmp_path / "o.jsonl")]) == 2
     assert "not a confidence model" in capsys.readouterr().err
+
+
+def test_train_without_a_feature_and_the_datas_own_confidences(nbest_file, tmp_path, capsys):
+    # lists whose 1-best carries its own (decoder) confidences: 0.9 on right words, 0.2 on wrong ones
+    recs = []
+    for r in make_nbests(150):
+        ok = [b == w for b, w in zip(r.best.words, r.ref, strict=True)]
+        recs.append(r.with_hyps((replace(r.best, confidences=tuple(0.9 if k else 0.2 for k in ok)), *r.hyps[1:])))
+    own = tmp_path / "own.jsonl"
+    write_nbest(own, recs)
+    assert main(["confidence", "train", "--nbest", str(own), "--out", str(tmp_path / "with")]) == 0
+    assert main(["confidence", "train", "--nbest", str(own), "--out", str(tmp_path / "without"),
+                 "--exclude", "decoder_confidence", "--exclude", "agreement"]) == 0
+    assert "the data's own" in capsys.readouterr().out
+    w, wo = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("with", "without"))
+    assert "decoder_confidence" in w["config"]["features"]
+    assert "decoder_confidence" not in wo["config"]["features"] and "agreement" not in wo["config"]["features"]
+    assert w["metrics"]["data_confidence"]["auc"] == 1.0  # the data's own, as they are
+    assert w["metrics"]["auc"] > 0.999 and w["metrics"]["auc"] > wo["metrics"]["auc"]
+
+
+def test_lists_without_their_own_confidences_report_none(trained):
+    assert "data_confidence" not in json.loads((trained / "results.json").read_text())["metrics"]
+
+
+@pytest.mark.parametrize("exclude", ["pitch", "posterior,agreement"])
+def test_train_bad_exclude(nbest_file, tmp_path, capsys, exclude):
+    assert main(["confidence", "train", "--nbest", str(nbest_file), "--out", str(tmp_path), "--exclude", exclude]) == 2
+    err = capsys.readouterr().err
+    assert "--exclude" in err and "Traceback" not in err

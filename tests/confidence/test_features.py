@@ -172,3 +172,11 @@ def test_lists_without_a_first_pass_lm_use_the_am_total_as_the_decoder_total():
     split = NBest("u", (H("a", am=0.0, lm=0.0), H("b", am=-1.0, lm=0.0)))
     np.testing.assert_allclose(hypothesis_weights(split), [2 / 3, 1 / 3])
     assert math.isnan(word_features(split).column("score_gap")[0])
+
+
+def test_decoder_confidence_is_the_one_bests_own():
+    own = NBest("u", (Hypothesis.from_text("a b", confidences=(0.9, 0.25)), Hypothesis.from_text("a c",
+                                                                                                 confidences=(0.1, 0.1))))
+    assert word_features(own).column("decoder_confidence").tolist() == [0.9, 0.25]  # the 1-best's, not others'
+    assert np.isnan(word_features(NBest("u", (H("a b"),))).column("decoder_confidence")).all()
+    assert FEATURE_NAMES[-1] == "decoder_confidence"  # appended: the older columns keep their indices

@@ -251,3 +251,26 @@ def test_missing_features_are_routed_as_scikit_learn_does(corpus, kind):
     x = np.concatenate([f.values for f in word_features_many(mixed[:30])])
     assert np.isnan(x).any(axis=0).sum() >= 4
     assert m.evaluate(corpus.dev).auc > 0.7
+
+
+def test_a_feature_subset_trains_predicts_and_round_trips(corpus, gbm, tmp_path):
+    names = [n for n in FEATURE_NAMES if n != "decoder_confidence"]
+    m = ConfidenceModel.fit(corpus.test, seed=0, features=names)
+    assert m.feature_names == tuple(names) and m.info["feature_names"] == names
+    # the synthetic corpus carries confusion-network confidences: the model without them does not read them
+    nb = corpus.dev[0]
+    stripped = NBest(nb.utt_id, (Hypothesis(nb.best.words, scores=nb.best.scores), *nb.hyps[1:]), ref=nb.ref)
+    np.testing.assert_array_equal(m.predict(nb), m.predict(stripped))
+    assert not np.array_equal(gbm.predict(nb), gbm.predict(stripped))
+    loaded = ConfidenceModel.load(m.save(tmp_path / "sub.npz"))
+    assert loaded.feature_names == tuple(names)
+    np.testing.assert_array_equal(np.concatenate(loaded.predict_many(corpus.dev)),
+                                  np.concatenate(m.predict_many(corpus.dev)))
+    # with its own confidences as a feature, the classifier is at least as good on them as without
+    assert gbm.evaluate(corpus.dev).auc >= m.evaluate(corpus.dev).auc - 0.01
+
+
+@pytest.mark.parametrize("features", [[], ["pitch"], ["agreement", "posterior"], ["posterior", "posterior"], "x"])
+def test_bad_feature_subsets(corpus, features):
+    with pytest.raises(ConfigError, match="confidence features"):
+        ConfidenceModel.fit(corpus.test, features=features)

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from privasr.cli import main  # noqa: E402
+from privasr.confidence.features import FEATURE_NAMES  # noqa: E402
 from privasr.config import apply_overrides  # noqa: E402
 from privasr.errors import ConfigError, InputError  # noqa: E402
 from privasr.experiments.fedlm import load_fedlm_config, run_fedlm  # noqa: E402
@@ -105,6 +106,33 @@ def test_classifier_confidences_are_cross_fitted_and_reported(corpus, tmp_path):
     assert res["confidence"]["folds"] == 2 and res["data_info"]["confidence_source"] == "classifier"
     assert (tmp_path / "out" / "reliability.csv").is_file()
     assert "Reliability diagram" in (tmp_path / "out" / "report.md").read_text()
+    assert res["confidence"]["features"][-1] == "decoder_confidence"
+    # the synthetic 1-bests' own confidences left out of the classifier: another, weaker model
+    raw = _raw(corpus, tmp_path, confidence={"source": "classifier", "folds": 2,
+                                            "exclude_features": ["decoder_confidence"]}, compare_all=False)
+    cfg = load_fedlm_config(raw)
+    assert "decoder_confidence" not in cfg.confidence.features()
+    from privasr.experiments.fedlm import _cross_fit
+
+    dev = [nb for nb in load_nbest_for_test(corpus) if nb.best.words]
+    _, without, _ = _cross_fit(dev, cfg)
+    assert "decoder_confidence" not in without["features"] and without["auc"] < m["auc"]
+
+
+def load_nbest_for_test(corpus):
+    from privasr.corpus.formats.nbest_jsonl import read_nbest
+
+    return read_nbest(corpus / "nbest" / "test.jsonl")
+
+
+@pytest.mark.parametrize("confidence,needle", [
+    ({"source": "classifier", "exclude_features": ["pitch"]}, "confidence.exclude_features"),
+    ({"source": "classifier", "exclude_features": list(FEATURE_NAMES)}, "confidence.exclude_features"),
+    ({"source": "oracle", "exclude_features": ["agreement"]}, "N-best classifier only"),
+])
+def test_bad_exclude_features(corpus, tmp_path, confidence, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_fedlm_config(_raw(corpus, tmp_path, confidence=confidence))
 
 
 def test_the_reference_text_oracle_trains_on_the_dev_references(corpus, tmp_path):

@@ -4,7 +4,10 @@
 test split, trains :class:`~privasr.confidence.model.ConfidenceModel` (classifier + isotonic calibration on
 its own held-out share) on the rest, and writes ``DIR/results.json`` (``ece``, ``auc``, ``nce``, Brier
 score and the reliability curve on the test split, calibrated and raw), ``DIR/reliability.csv`` and the
-model ``DIR/model.npz``. ``privasr confidence apply --model DIR --nbest F --out F.jsonl`` writes the N-best
+model ``DIR/model.npz``; ``--exclude decoder_confidence`` (any feature, repeatable) trains without a
+feature, to measure what it adds. When the lists carry their own word confidences (a decoder's lattice word
+posteriors), ``results.json`` also reports those as they are (``data_confidence``: AUC, ECE, NCE on the same
+test split). ``privasr confidence apply --model DIR --nbest F --out F.jsonl`` writes the N-best
 lists back with the model's confidences on each 1-best.
 """
 
@@ -70,20 +73,29 @@ def train_cmd(
     lm: Annotated[Path | None, typer.Option("--lm", help=_LM_HELP)] = None,
     bins: Annotated[int, typer.Option("--bins", help="Equal-width bins of the ECE and reliability curve.")] = 15,
     fmt: Annotated[str | None, typer.Option("--format", "-f", help=_FORMAT_HELP)] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="A feature to leave out (repeatable), "
+                                                      "e.g. decoder_confidence.")] = None,
 ) -> None:
     """Train a calibrated word-confidence classifier and report its calibration and AUC on a held-out split.
 
     Utterances (not words) are split, seeded: a test share for the report, and of the rest a calibration share for the isotonic regression; the classifier learns from the remainder. 1-best words are labelled correct when sclite's alignment against the reference marks them a hit.
     """
+    from privasr.confidence.features import FEATURE_NAMES
     from privasr.confidence.model import ConfidenceModel
     from privasr.results import write_results
 
     _check_options(kind, test_fraction, calibration_fraction, seed, bins)
+    dropped = sorted(set(exclude or ()))
+    unknown = [n for n in dropped if n not in FEATURE_NAMES]
+    features = [n for n in FEATURE_NAMES if n not in dropped]
+    if unknown or not features:
+        raise ConfigError(f"--exclude {', '.join(unknown or dropped)}",
+                          expected=f"some (not all) of {', '.join(FEATURE_NAMES)}")
     test, train = _split(_load_nbest(nbest, fmt), test_fraction, seed, nbest)
     language_model = _load_lm(lm)
     try:
         model = ConfidenceModel.fit(train, language_model, kind=kind, seed=seed,
-                                    calibration_fraction=calibration_fraction)
+                                    calibration_fraction=calibration_fraction, features=features)
     except InputError as e:
         raise e.at(nbest) from None
     report = model.evaluate(test, language_model, bins=bins)
@@ -103,14 +115,33 @@ def train_cmd(
         "reliability": report.reliability.as_dict(),
         "reliability_uncalibrated": raw.reliability.as_dict(),
     }
+    own = _data_confidence(test, bins)
+    if own is not None:
+        metrics["data_confidence"] = {k: v for k, v in own.as_dict().items() if k != "reliability"}
     config = {"nbest": str(nbest), "format": fmt, "kind": kind, "test_fraction": test_fraction,
+              "features": features,
               "calibration_fraction": calibration_fraction, "lm": None if lm is None else str(lm), "bins": bins,
               "params": model.info["params"], "posterior_scale": model.posterior_scale}
     data = {"nbest": nbest, **({"lm": lm} if lm is not None else {})}
     write_results(out, config=config, seed=seed, metrics=metrics, data=data,
                   extra={"model": {"path": str(out / MODEL_FILE), "info": model.info}})
-    _print_report(kind, nbest, report, raw)
+    _print_report(kind, nbest, report, raw, own)
     out_console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]model:[/] {out / MODEL_FILE}")
+
+
+def _data_confidence(test: list[NBest], bins: int) -> Any:
+    """The lists' own 1-best confidences as a detector of correct words (``None`` if some list has none)."""
+    import numpy as np
+
+    from privasr.confidence.features import labels_many
+    from privasr.confidence.model import ConfidenceReport
+
+    kept = [r for r in test if r.hyps and r.hyps[0].words]
+    if not kept or any(r.hyps[0].confidences is None for r in kept):
+        return None
+    c = np.concatenate([np.asarray(r.hyps[0].confidences, dtype=np.float64) for r in kept])
+    y = np.concatenate(labels_many(kept))
+    return ConfidenceReport.compute(c, y, n_utterances=len(kept), calibrated=False, bins=bins)
 
 
 def _check_options(kind: str, test_fraction: float, calibration_fraction: float, seed: int, bins: int) -> None:
@@ -147,15 +178,19 @@ def _split(records: list[NBest], test_fraction: float, seed: int, path: Path) ->
             [r for i, r in enumerate(records) if i not in test_idx])
 
 
-def _print_report(kind: str, nbest: Path, report: Any, raw: Any) -> None:
-    """The test split's measures, calibrated and raw, as a table."""
+def _print_report(kind: str, nbest: Path, report: Any, raw: Any, own: Any = None) -> None:
+    """The test split's measures, calibrated and raw (and the data's own confidences, if any), as a table."""
     table = Table(title=f"{kind} confidence classifier, test split of {nbest.name} ({report.n_utterances:,} "
                         f"utterances, {report.n_words:,} words)")
     table.add_column("measure")
     table.add_column("calibrated", justify="right")
     table.add_column("raw", justify="right")
+    if own is not None:
+        table.add_column("the data's own", justify="right")
     for name in ("auc", "ece", "nce", "brier", "mean_confidence"):
-        table.add_row(name.upper() if len(name) <= 5 else name, _fmt(getattr(report, name)), _fmt(getattr(raw, name)))
+        row = [_fmt(getattr(report, name)), _fmt(getattr(raw, name))]
+        table.add_row(name.upper() if len(name) <= 5 else name, *row,
+                      *([_fmt(getattr(own, name))] if own is not None else []))
     table.add_row("base rate (correct words)", _fmt(report.base_rate), "")
     print_table(out_console, table)
 

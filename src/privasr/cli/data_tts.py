@@ -237,6 +237,9 @@ def _report(out: Path, m: dict[str, Any], config: dict[str, Any], adapt: dict[st
              "|---:|---:|---:|---:|---:|---:|---:|",
              f"| {m['utterances']:,} | {m['ref_words']:,} | {m['audio_s'] / 3600:.2f} h | {_pct(m['wer_1best'])} | "
              f"{_pct(m['wer_oracle'])} | {m['hyps_per_utt']:.2f} | {m['decode_s_per_audio_s']:.3f} |", ""]
+    if m.get("confidence_auc") is not None:
+        lines += [f"Decoder word confidences (lattice posteriors C_max) on {_pct(m['confidence_coverage'])} of the "
+                  f"1-best words: AUC {m['confidence_auc']:.3f}, ECE {m['confidence_ece']:.3f} (uncalibrated).", ""]
     if adapt is not None:
         mm = adapt["model"]
         lines += [f"Acoustic model: {mm['method'].upper()}-adapted on {mm['utterances']} sentences of "

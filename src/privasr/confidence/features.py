@@ -20,7 +20,9 @@ hypothesis ``h_k`` is aligned to ``h_0`` with sclite's alignment (:func:`privasr
 * ``position`` -- ``(i - 1) / (n - 1)``: 0 for the first word, 1 for the last (0 when ``n = 1``);
 * ``utt_length`` -- ``n``;  ``nbest_size`` -- ``K``;
 * ``score_gap`` -- ``total_0 - total_1`` (decoder totals), the first-pass margin of the 1-best over the
-  runner-up.
+  runner-up;
+* ``decoder_confidence`` -- the 1-best's own per-word confidence in the data (``Hypothesis.confidences``):
+  for lists from :class:`privasr.asr.decode.Decoder`, the decoder's lattice word posterior ``C_max``.
 
 A feature that cannot be computed (no such score, no LM, a single hypothesis, a non-finite value) is NaN;
 the classifiers handle NaN (gradient boosting natively, the MLP by mean imputation).
@@ -72,6 +74,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "utt_length",
     "nbest_size",
     "score_gap",
+    "decoder_confidence",
 )
 """The feature columns, in order (see the module docstring)."""
 
@@ -185,7 +188,7 @@ def word_features_many(nbests: Sequence[NBest], lm: LanguageModel | None = None,
     >>> from privasr.corpus.records import Hypothesis, NBest
     >>> fs = word_features_many([NBest("a", (Hypothesis.from_text("x y"),)), NBest("b", ())])
     >>> [f.values.shape for f in fs]
-    [(2, 11), (0, 11)]
+    [(2, 12), (0, 12)]
     """
     if not math.isfinite(posterior_scale) or posterior_scale < 0:
         raise InputError(f"posterior scale {posterior_scale!r}", expected="a finite number >= 0")
@@ -231,6 +234,8 @@ def word_features_many(nbests: Sequence[NBest], lm: LanguageModel | None = None,
             x[:, _COL["utt_length"]] = n
             x[:, _COL["nbest_size"]] = k
             x[:, _COL["score_gap"]] = _gap(nb)
+            if nb.hyps[0].confidences is not None:
+                x[:, _COL["decoder_confidence"]] = nb.hyps[0].confidences
         out.append(WordFeatures(nb.utt_id, tuple(words), x))
     return out
 
@@ -283,7 +288,7 @@ def stack(features: Sequence[WordFeatures]) -> np.ndarray:
     """All words' features as one matrix ``[sum of words, len(FEATURE_NAMES)]``.
 
     >>> stack([]).shape
-    (0, 11)
+    (0, 12)
     """
     if not features:
         return np.zeros((0, len(FEATURE_NAMES)))

@@ -7,7 +7,8 @@ N-best lists without per-word confidences:
 
 1. **Features** of each 1-best word (:mod:`privasr.confidence.features`): N-best word posterior and
    agreement, first-pass scores per word, word length, LM log-probability, position, utterance length,
-   N-best size, score gap.
+   N-best size, score gap, and the decoder's own word confidence (its lattice word posterior) where the data
+   has one; ``features`` chooses a subset (e.g. all but ``decoder_confidence``, to measure what it adds).
 2. **Labels**: the word is a hit in sclite's alignment of the 1-best against the reference.
 3. **Split by utterance** (seeded): a fraction ``calibration_fraction`` (20 %) of the utterances is held
    out; the classifier -- scikit-learn's ``HistGradientBoostingClassifier`` (``kind="gbm"``, the default) or
@@ -85,7 +86,21 @@ DEFAULT_PARAMS: Mapping[str, Mapping[str, Any]] = {
 
 FORMAT = "privasr-confidence-model"
 KNOWN_FEATURES = (list(FEATURE_NAMES), list(CTM_FEATURE_NAMES))
-"""The feature sets a saved model may have been trained on (:meth:`ConfidenceModel.load` accepts these)."""
+"""The feature sets a saved model may have been trained on (:meth:`ConfidenceModel.load` accepts these, and
+any subset of the N-best features in their order)."""
+
+
+def _known(names: Any) -> bool:
+    if names in KNOWN_FEATURES:
+        return True
+    return (isinstance(names, list) and bool(names) and all(isinstance(n, str) for n in names)
+            and _nbest_subset(names))
+
+
+def _nbest_subset(names: Sequence[str]) -> bool:
+    """Whether ``names`` are distinct N-best features in :data:`FEATURE_NAMES` order."""
+    idx = [FEATURE_NAMES.index(n) for n in names if n in FEATURE_NAMES]
+    return len(idx) == len(names) and idx == sorted(set(idx))
 _FORMAT_VERSION = 1
 _CHUNK = 4096
 
@@ -336,6 +351,25 @@ def _check_params(kind: str, params: Mapping[str, Any] | None) -> dict[str, Any]
     return out
 
 
+def _check_features(features: Sequence[str] | None) -> tuple[str, ...]:
+    """The N-best feature columns to train on: all of them, or a non-empty ordered subset.
+
+    >>> _check_features(["posterior", "agreement"])
+    ('posterior', 'agreement')
+    >>> _check_features(["pitch"])
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: confidence features ['pitch'] (expected distinct names from posterior, agreement, am_per_word, lm_per_word, total_per_word, word_length, lm_logprob, position, utt_length, nbest_size, score_gap, decoder_confidence, in that order)
+    """
+    if features is None:
+        return FEATURE_NAMES
+    names = list(features) if not isinstance(features, str) else [features]
+    if not names or not all(isinstance(n, str) for n in names) or not _nbest_subset(names):
+        raise ConfigError(f"confidence features {names!r}"[:200],
+                          expected=f"distinct names from {', '.join(FEATURE_NAMES)}, in that order")
+    return tuple(names)
+
+
 # ------------------------------------------------------------------------------------------------ reports
 
 
@@ -451,7 +485,7 @@ class ConfidenceModel:
     @classmethod
     def fit(cls, nbests: Sequence[NBest], lm: LanguageModel | None = None, *, kind: str = "gbm", seed: int = 0,
             calibrate: bool = True, calibration_fraction: float = 0.2, posterior_scale: float = 1.0,
-            params: Mapping[str, Any] | None = None) -> ConfidenceModel:
+            params: Mapping[str, Any] | None = None, features: Sequence[str] | None = None) -> ConfidenceModel:
         """Train on N-best lists with references and calibrate on a held-out share of their utterances.
 
         Args:
@@ -464,13 +498,22 @@ class ConfidenceModel:
             calibration_fraction: share of the utterances (with at least one 1-best word) held out for it.
             posterior_scale: scale of the ``total`` scores in the word posterior.
             params: scikit-learn hyper-parameters overriding :data:`DEFAULT_PARAMS`.
+            features: the columns of :data:`~privasr.confidence.features.FEATURE_NAMES` to use, in that order
+                (``None``: all of them).
+
+        Raises:
+            InputError: a list without a reference, or only correct (or only incorrect) training words.
+            ConfigError: an unknown kind, parameter or feature, bad ``seed`` or ``calibration_fraction``.
         """
         nbests = list(nbests)
         _check_params(kind, params)
+        names = _check_features(features)
+        cols = [FEATURE_NAMES.index(n) for n in names]
         ys = labels_many(nbests)
         feats = word_features_many(nbests, lm, posterior_scale=posterior_scale)
-        model = cls.fit_features([stack([f]) for f in feats], ys, feature_names=FEATURE_NAMES, kind=kind, seed=seed,
-                                 calibrate=calibrate, calibration_fraction=calibration_fraction, params=params)
+        model = cls.fit_features([stack([f])[:, cols] for f in feats], ys, feature_names=names, kind=kind,
+                                 seed=seed, calibrate=calibrate, calibration_fraction=calibration_fraction,
+                                 params=params)
         model.uses_lm = lm is not None
         model.posterior_scale = float(posterior_scale)
         model.info.update(posterior_scale=float(posterior_scale), uses_lm=lm is not None,
@@ -568,12 +611,13 @@ class ConfidenceModel:
     def predict_many(self, nbests: Sequence[NBest], lm: LanguageModel | None = None, *,
                      calibrated: bool = True) -> list[np.ndarray]:
         """:meth:`predict` for many N-best lists (features batched)."""
-        if self.feature_names != FEATURE_NAMES:
+        if not _nbest_subset(self.feature_names):
             raise InputError("this confidence model was trained on other features than the N-best ones",
-                             expected=f"a model of the features {', '.join(FEATURE_NAMES)}")
+                             expected=f"a model of the features {', '.join(FEATURE_NAMES)} (or some of them)")
         self._check_lm(lm)
         feats = word_features_many(nbests, lm, posterior_scale=self.posterior_scale)
-        flat = self.predict_features(stack(feats), calibrated=calibrated)
+        cols = [FEATURE_NAMES.index(n) for n in self.feature_names]
+        flat = self.predict_features(stack(feats)[:, cols], calibrated=calibrated)
         return np.split(flat, np.cumsum([len(f) for f in feats])[:-1]) if feats else []
 
     def predict(self, nb: NBest, lm: LanguageModel | None = None, *, calibrated: bool = True) -> np.ndarray:
@@ -618,7 +662,7 @@ class ConfidenceModel:
                 raise InputError(f"confidence model format version {meta.get('version')!r}",
                                  expected=f"version {_FORMAT_VERSION}")
             names = meta.get("feature_names")
-            if names not in KNOWN_FEATURES:
+            if not _known(names):
                 raise InputError("confidence model was trained on other features",
                                  expected="the N-best or the CTM feature set")
             kind = meta["kind"]

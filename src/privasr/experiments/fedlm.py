@@ -30,6 +30,8 @@
      data when it has them, otherwise from a :class:`~privasr.confidence.model.ConfidenceModel` trained on
      the dev lists' references and **cross-fitted by meeting** (``confidence.folds`` folds: a meeting's
      confidences come from a classifier that never saw its references); its held-out ECE/AUC are reported.
+     ``confidence.exclude_features`` leaves columns out of that classifier (e.g. ``[decoder_confidence]``,
+     the decoder's lattice word posterior, to measure what it adds).
 
    ``confidence.source: oracle`` (both kinds) is the other diagnostic: every client word's confidence is 1 if
    the reference confirms it (a hit in the alignment of the first pass against the reference) and 0 if not --
@@ -215,6 +217,20 @@ class ConfidenceSettings:
     folds: int = setting(2, min=2)
     calibrate_calls: int = setting(0, min=0)
     background: str | None = setting(None, expand=True)
+    exclude_features: tuple[str, ...] = ()
+
+    def features(self) -> tuple[str, ...] | None:
+        """The N-best classifier's feature columns: all of them but ``exclude_features`` (``None``: all)."""
+        if not self.exclude_features:
+            return None
+        from privasr.confidence.features import FEATURE_NAMES
+
+        unknown = sorted(set(self.exclude_features) - set(FEATURE_NAMES))
+        keep = tuple(n for n in FEATURE_NAMES if n not in self.exclude_features)
+        if unknown or not keep:
+            raise ConfigError(f"confidence.exclude_features {list(self.exclude_features)}",
+                              expected=f"some (not all) of {', '.join(FEATURE_NAMES)}")
+        return keep
 
 
 @dataclass(frozen=True)
@@ -369,6 +385,10 @@ class FedLmRunConfig:
         elif background is not None:
             raise ConfigError("confidence.background applies to the CTM classifier only",
                               expected="data.kind: earnings21 with confidence.source: classifier")
+        if c.exclude_features and (e21 or source != "classifier"):
+            raise ConfigError("confidence.exclude_features applies to the N-best classifier only",
+                              expected="data.kind: nbest with confidence.source: classifier")
+        c.features()
         return replace(c, source=source, background=background)
 
     def _check_fedlm(self) -> None:
@@ -699,7 +719,8 @@ def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np
     for f in range(k):
         train = [nb for nb in nbests if fold[nb.client or nb.utt_id] != f]
         held = [nb for nb in nbests if fold[nb.client or nb.utt_id] == f]
-        model = ConfidenceModel.fit(train, kind=cfg.confidence.kind, seed=cfg.seed + f)
+        model = ConfidenceModel.fit(train, kind=cfg.confidence.kind, seed=cfg.seed + f,
+                                    features=cfg.confidence.features())
         pred = model.predict_many(held)
         for nb, c in zip(held, pred, strict=True):
             confs[nb.utt_id] = np.clip(np.asarray(c, dtype=np.float64), 0.0, 1.0)
@@ -707,7 +728,8 @@ def _cross_fit(nbests: Sequence[Any], cfg: FedLmRunConfig) -> tuple[dict[str, np
         all_y.extend(labels_many(held))
     rep = ConfidenceReport.compute(np.concatenate(all_c), np.concatenate(all_y), n_utterances=len(nbests),
                                    calibrated=True)
-    return confs, {**rep.as_dict(), "folds": k, "kind": cfg.confidence.kind}, rep.reliability
+    return confs, {**rep.as_dict(), "folds": k, "kind": cfg.confidence.kind,
+                   "features": list(model.feature_names)}, rep.reliability
 
 
 # --------------------------------------------------------------------------------------------- federation
@@ -809,7 +831,8 @@ def operator_side(cfg: FedLmRunConfig, out: str | Path, devices: int) -> tuple[A
         if not labelled:
             raise InputError("no dev list has a reference to train the confidence classifier on",
                              path=cfg.data.dev, expected="references in the operator's data.dev")
-        classifier = ConfidenceModel.fit(labelled, kind=cfg.confidence.kind, seed=cfg.seed)
+        classifier = ConfidenceModel.fit(labelled, kind=cfg.confidence.kind, seed=cfg.seed,
+                                         features=cfg.confidence.features())
     model = build_model(cfg, out)
     alg, sampler, privacy = _algorithm(cfg, model, cfg.fedlm, cfg.init, cfg.dp)
     fed = cfg.federated

@@ -16,6 +16,7 @@ from privasr.corpus.formats.htk_lattice import (
     is_filler,
     parse_htk_lattice,
     read_htk_lattice,
+    word_posteriors,
 )
 from privasr.errors import InputError
 
@@ -166,3 +167,72 @@ def test_shared_ami_lattices(shared_data):
         assert 834 <= lat.n_nodes <= 4967 and 1410 <= lat.n_links <= 11763  # the sizes SOURCE.txt gives
         assert np.isfinite(lat.link_lm).all()  # every link carries an LM score
         assert lat.node_words[lat.start] == "!NULL" and lat.node_times[lat.end] == max(lat.node_times)
+
+
+# ------------------------------------------------------------------ link posteriors and word confidences
+
+POST = """N=6 L=7
+I=0 t=0.00 W=!NULL
+I=1 t=0.00 W=the
+I=2 t=0.20 W=cat
+I=3 t=0.22 W=cat
+I=4 t=0.20 W=cap
+I=5 t=0.60 W=!SENT_END
+J=0 S=0 E=1 a=-1 p=1.0001
+J=1 S=1 E=2 a=-1 p=0.5
+J=2 S=1 E=3 a=-1 p=0.2
+J=3 S=1 E=4 a=-1 p=0.3
+J=4 S=2 E=5 a=-1 p=0.5
+J=5 S=3 E=5 a=-1 p=0.2
+J=6 S=4 E=5 a=-1 p=0.3
+"""
+
+
+def test_link_posteriors_are_read_and_a_rounded_certainty_is_one():
+    lat = parse_htk_lattice(POST)
+    assert lat.link_posterior.tolist() == [1.0, 0.5, 0.2, 0.3, 0.5, 0.2, 0.3]
+    assert np.isnan(parse_htk_lattice(LAT).link_posterior).all()  # no p= anywhere
+    with pytest.raises(InputError, match=r"u.lat:8: link 0 posterior p=1.5"):
+        parse_htk_lattice(POST.replace("p=1.0001", "p=1.5"), "u.lat")
+    with pytest.raises(InputError, match="posterior p"):
+        parse_htk_lattice(POST.replace("p=0.5\nJ=2", "p=-0.1\nJ=2"))
+
+
+def test_word_posteriors_sum_the_copies_of_a_word_through_a_frame():
+    # pocketsphinx's convention: a node is a word at its start time, its out-links are its end times
+    lat = parse_htk_lattice(POST)
+    segs = [("the", 0.0, 0.19), ("cat", 0.2, 0.59), ("cap", 0.2, 0.59), ("dog", 0.2, 0.59)]
+    # 'cat' starts at 0.20 (p 0.5) and at 0.22 (p 0.2): both cover frames 22..59, so C_max is 0.7
+    assert [round(p, 6) for p in word_posteriors(lat, segs, word_on="start")] == [1.0, 0.7, 0.3, 0.0]
+    # a segment only partly covered takes its best frame; outside every link it is 0
+    assert word_posteriors(lat, [("cat", 0.2, 0.21)], word_on="start") == [0.5]
+    assert word_posteriors(lat, [("cat", 0.6, 0.7)], word_on="start") == [0.0]
+    # the HTK convention puts each link's word on its end node: 'the' then spans nothing (0.00 -> 0.00)
+    assert word_posteriors(lat, [("cat", 0.0, 0.19)], word_on="end") == [0.5 + 0.2]
+    assert word_posteriors(lat, [("the", 0.0, 0.0)], word_on="end") == [0.0]
+
+
+def test_word_posteriors_bad_input():
+    lat = parse_htk_lattice(POST)
+    with pytest.raises(InputError, match="word_on"):
+        word_posteriors(lat, [], word_on="middle")
+    with pytest.raises(InputError, match="frame_s"):
+        word_posteriors(lat, [], frame_s=0.0)
+    with pytest.raises(InputError, match="ends"):
+        word_posteriors(lat, [("cat", 0.5, 0.2)])
+    with pytest.raises(InputError, match="without a posterior"):
+        word_posteriors(parse_htk_lattice(LAT), [("a", 0.0, 0.1)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=6, max_size=6))
+def test_word_posteriors_stay_probabilities(ps):
+    # a fan of competing links between the same two times: their posteriors need not sum to one in a
+    # damaged lattice, but the confidence is always clipped into [0, 1]
+    lines = ["N=8 L=12", "I=0 t=0.00 W=!NULL", "I=7 t=0.50 W=!SENT_END"]
+    lines += [f"I={i} t=0.10 W={'ab'[i % 2]}" for i in range(1, 7)]
+    lines += [f"J={i - 1} S=0 E={i} a=-1 p={p}" for i, p in enumerate(ps, 1)]
+    lines += [f"J={i + 5} S={i} E=7 a=-1 p={p}" for i, p in enumerate(ps, 1)]
+    out = word_posteriors(parse_htk_lattice("\n".join(lines)), [("a", 0.1, 0.4), ("b", 0.1, 0.4)], word_on="start")
+    assert all(0.0 <= p <= 1.0 for p in out)
+    assert out[0] == pytest.approx(min(1.0, sum(ps[1::2]))) and out[1] == pytest.approx(min(1.0, sum(ps[0::2])))
