@@ -428,7 +428,7 @@ def test_earnings21_errors_name_the_problem(earnings, corpus, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fedlm-earnings21", "fedlm-earnings21-rev", "fedlm-ami", "fedlm-ami-dp",
-                                  "fedlm-ami-whisper"])
+                                  "fedlm-ami-whisper", "fedlm-ami-adapted", "fedlm-ami-posteriors"])
 def test_shipped_configs_validate(name):
     from privasr.config import read_config
 
