@@ -190,7 +190,7 @@ def test_dp_run_reports_epsilon_and_delta_from_the_accountant(corpus, tmp_path):
 def test_loss_and_init_tables_and_the_noise_table(corpus, tmp_path):
     pytest.importorskip("dp_accounting")
     raw = _raw(corpus, tmp_path, rounds=1, compare_all=False,
-               tables={"loss": ["all", "token"], "init": ["scratch"], "noise": [0.5]},
+               tables={"loss": ["all", "token"], "init": ["scratch"], "noise": [0.0, 0.5], "noise_draws": 3},
                **{"fedlm.clip_norm": 0.5, "fedlm.weighting": "uniform"})
     m = run_fedlm(load_fedlm_config(raw), tmp_path / "out")
     t = json.loads((tmp_path / "out" / "results.json").read_text())["tables"]
@@ -198,7 +198,18 @@ def test_loss_and_init_tables_and_the_noise_table(corpus, tmp_path):
     assert t["loss"][0]["ppl"] == m["ppl_baseline"] and t["loss"][2]["ppl"] == m["ppl"]  # the main run is reused
     assert t["loss"][0]["wer"] == m["wer_baseline"] and t["loss"][2]["wer"] == m["wer"]  # N-best data: WER too
     assert t["init"][0]["ppl"] > m["ppl"]  # one round from scratch is far worse than fine-tuning
-    assert t["noise"][0]["epsilon"] > 0 and t["noise"][0]["delta"] == 1e-5
+    zero, noisy = t["noise"]
+    assert zero["draws"] == 1 and zero["ppl_min"] == zero["ppl"] == zero["ppl_max"]  # no noise, nothing to draw
+    assert noisy["epsilon"] > 0 and noisy["delta"] == 1e-5
+    # every noisy row is the mean of 3 runs that differ in their noise draw only
+    assert noisy["draws"] == 3 and len(noisy["mapsswe_p_draws"]) == 3
+    assert noisy["ppl_min"] < noisy["ppl_max"] and noisy["ppl_min"] <= noisy["ppl"] <= noisy["ppl_max"]
+    assert noisy["wer_min"] <= noisy["wer"] <= noisy["wer_max"]
+    assert noisy["mapsswe_p"] == float(np.median(noisy["mapsswe_p_draws"]))
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "means over 3 runs that differ only in their noise draw" in report and "mapsswe_p_draws" not in report
+    with pytest.raises(ConfigError, match="noise_draws"):
+        load_fedlm_config({**raw, "tables": {"noise": [1.0], "noise_draws": 0}})
 
 
 def test_zipf_devices_and_speaker_clients(corpus, tmp_path):

@@ -225,6 +225,39 @@ def test_noise_is_added_once_per_round_and_epsilon_reported():
     assert all(h.metrics["delta"] == 1e-5 for h in res.history)
 
 
+def test_noise_draws_differ_in_their_noise_only():
+    pytest.importorskip("dp_accounting")
+    from privasr.privacy.dp.accounting import PrivacyAccountant
+
+    class Recording(CountingGaussian):
+        def __init__(self):
+            super().__init__()
+            self.draws = []
+
+        def add_noise(self, arrays, rng):
+            self.draws.append(rng.normal(size=3))
+            return super().add_noise(arrays, rng)
+
+    def run(draw, seed=0):
+        mech = Recording()
+        priv = PrivacySettings(mech, PrivacyAccountant(accountant="rdp", target_delta=1e-5), noise_draw=draw)
+        res = run_federated(UniformMean(), _clients(), rounds=2, sampler=AllClients(), seed=seed, privacy=priv)
+        return mech.draws, res
+
+    d0, r0 = run(0)
+    d0b, _ = run(0)
+    d1, r1 = run(1)
+    d2, _ = run(2)
+    assert all(np.array_equal(a, b) for a, b in zip(d0, d0b, strict=True))  # draw 0 is the plain run, repeatable
+    assert not np.array_equal(d0[0], d1[0]) and not np.array_equal(d1[0], d2[0])  # other noise per draw
+    # draw 0's noise is the run's own seed stream: existing results do not move
+    assert np.array_equal(d0[0], np.random.default_rng([0, 0, 2]).normal(size=3))
+    # the same epsilon for every draw: each draw is one release
+    assert [h.metrics["epsilon"] for h in r0.history] == [h.metrics["epsilon"] for h in r1.history]
+    with pytest.raises(ConfigError, match="noise_draw"):
+        PrivacySettings(Recording(), None, noise_draw=-1)
+
+
 def test_cohorts_that_can_never_reach_min_clients_are_refused_before_any_work():
     class Refuse(NoisyMean):
         def client_update(self, *a, **k):

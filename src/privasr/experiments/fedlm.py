@@ -56,7 +56,9 @@
    threshold are chosen without looking at the evaluation calls.
 5. ``compare_all`` (default on) runs the same config with ``loss: all`` for ``ppl_all_utts``; ``tables``
    re-run the federation per row: ``loss`` (paper Tables 2/3), ``init`` (Table 4), ``noise`` (Table 5, DP
-   with those noise multipliers; needs ``fedlm.clip_norm``), ``threshold`` (``loss: threshold`` at each
+   with those noise multipliers; needs ``fedlm.clip_norm``; every row with noise is the mean of
+   ``tables.noise_draws`` (5) runs that differ only in their noise draw, each a release of the row's epsilon),
+   ``threshold`` (``loss: threshold`` at each
    utterance-confidence threshold, with the share of client words it keeps).
 
 Only :class:`~privasr.federated.core.Update` objects of float32 parameter deltas cross to the server.
@@ -93,7 +95,8 @@ strings may use ``${PRIVASR_DATA}``)::
     folds: null                       # K >= 2: cross-validation over meetings, dev and test pooled (N-best data;
                                       # privasr.experiments.fedlm_folds; privasr fedlm run --folds K)
     fold_unit: meeting                # meeting | series: folds of single meetings or of whole AMI series
-    tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...]
+    tables: {}                        # loss: [LOSS, ...], init: [...], noise: [Z, ...], threshold: [C, ...],
+                                      # noise_draws: 5 (every noise row with Z > 0: the mean of 5 noise draws)
     rescore: {ranges: {}, max_rounds: 20, coarse_points: 7, restarts: 3, with_baseline: false,
               first_pass_lm: true}
                                       # coordinate descent (coarse_points >= 2, restarts >= 1); ranges: PARAM:
@@ -252,6 +255,7 @@ class TableSettings:
     init: tuple[str, ...] | None = None
     noise: tuple[float, ...] | None = None
     threshold: tuple[float, ...] | None = None
+    noise_draws: int = setting(5, min=1)
 
     @classmethod
     def __config_value__(cls, value: Any, where: str) -> Any:
@@ -410,6 +414,10 @@ class FedLmRunConfig:
             if self.tables.noise is not None:
                 raise ConfigError("config key 'tables.noise' needs fedlm.clip_norm",
                                   expected="fedlm: {clip_norm: 0.5, weighting: uniform}")
+        if (self.tables.noise and self.tables.noise_draws > 1 and self.federated.secagg.enabled
+                and getattr(self.federated.secagg, "noise", "server") == "distributed"):
+            raise ConfigError("config key 'tables.noise_draws' with distributed noise (secagg.noise: distributed)",
+                              expected="tables.noise_draws: 1, or the server's noise (draws repeat central noise)")
 
 
 def load_fedlm_config(config: Mapping[str, Any], *, check_files: bool = True) -> FedLmRunConfig:
@@ -762,7 +770,7 @@ def _encode(data: _Data, vocab: Any) -> list[Any]:
     return out
 
 
-def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any) -> Any:
+def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any, draw: int = 0) -> Any:
     if dp is None:
         return None
     from privasr.federated.loop import PrivacySettings
@@ -775,11 +783,11 @@ def _privacy(dp: DPSettings | None, clip: float | None, sampler: Any) -> Any:
     assert clip is not None
     return PrivacySettings(GaussianMechanism(clip_norm=clip, noise_multiplier=dp.noise_multiplier),
                            PrivacyAccountant(accountant=dp.accountant, target_delta=dp.delta,
-                                             neighboring=neighboring), population=dp.population)
+                                             neighboring=neighboring), population=dp.population, noise_draw=draw)
 
 
-def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None
-               ) -> tuple[Any, Any, Any]:
+def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None,
+               draw: int = 0) -> tuple[Any, Any, Any]:
     """The fedlm algorithm of these settings, the config's sampler and the privacy settings (``None`` without DP)."""
     from privasr.federated.algorithms.fedlm import FedLmAlgorithm, FedLmConfig
 
@@ -787,7 +795,7 @@ def _algorithm(cfg: FedLmRunConfig, model: _Model, fedlm: Mapping[str, Any], ini
     alg = FedLmAlgorithm(conf, model.lm.model.config, model.lm.vocab,
                          model.init_params if init == "pretrained" else None)
     sampler = cfg.federated.make_sampler()
-    return alg, sampler, _privacy(dp, conf.clip_norm, sampler)
+    return alg, sampler, _privacy(dp, conf.clip_norm, sampler, draw)
 
 
 def operator_side(cfg: FedLmRunConfig, out: str | Path, devices: int) -> tuple[Any, Any]:
@@ -864,13 +872,14 @@ def federation(cfg: FedLmRunConfig, out: str | Path) -> Any:
 
 
 def _federate(cfg: FedLmRunConfig, model: _Model, clients: Sequence[Any], fedlm: Mapping[str, Any], init: str,
-              dp: DPSettings | None, ckpt: Path | None, eval_ids: Sequence[Sequence[int]] | None = None
-              ) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], dict[str, Any], float]:
-    """One federated run; the final parameters, the round history, privacy figures and its seconds."""
+              dp: DPSettings | None, ckpt: Path | None, eval_ids: Sequence[Sequence[int]] | None = None,
+              draw: int = 0) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], dict[str, Any], float]:
+    """One federated run (``draw``: its DP noise draw); the final parameters, the round history, privacy figures
+    and its seconds."""
     from privasr.federated.backends import run_on
 
     t0 = time.perf_counter()
-    alg, sampler, privacy = _algorithm(cfg, model, fedlm, init, dp)
+    alg, sampler, privacy = _algorithm(cfg, model, fedlm, init, dp, draw)
     conf = alg.config
     fed = cfg.federated
     curve: list[float] = []
@@ -988,19 +997,20 @@ class _Variants:
         self.cfg, self.model, self.sets, self.out = cfg, model, sets, out
         self.runs: dict[str, dict[str, Any]] = {}
 
-    def __call__(self, name: str, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None) -> dict[str, Any]:
-        """The run ``name`` (``main`` is evaluated every ``eval.every`` rounds): parameters, history, privacy
-        figures, seconds and perplexities."""
+    def __call__(self, name: str, fedlm: Mapping[str, Any], init: str, dp: DPSettings | None,
+                 draw: int = 0) -> dict[str, Any]:
+        """The run ``name`` (``main`` is evaluated every ``eval.every`` rounds; ``draw``: its DP noise draw):
+        parameters, history, privacy figures, seconds and perplexities."""
         from privasr.federated.algorithms.fedlm import FedLmConfig
 
-        key = (FedLmConfig.from_dict(fedlm).to_dict(), init, dp)
+        key = (FedLmConfig.from_dict(fedlm).to_dict(), init, dp, draw if dp is not None else 0)
         for r in self.runs.values():
             if r["key"] == key:
                 return r
         sets = self.sets
         params, hist, priv, secs = _federate(self.cfg, self.model, sets.clients, fedlm, init, dp,
                                              self.out / "checkpoint" / name,
-                                             sets.eval_ids if name == "main" else None)
+                                             sets.eval_ids if name == "main" else None, draw)
         r = {"key": key, "params": params, "history": hist, "priv": priv, "seconds": secs,
              "ppl": _perplexity(self.model, params, sets.eval_ids)}
         if sets.dev_ids is not None:
@@ -1246,13 +1256,39 @@ def _tables(cfg: FedLmRunConfig, variant: _Variants, ppl_base: float, ev: _WerEv
         tables["init"] = rows
     if cfg.tables.noise is not None:
         base_dp = cfg.dp or DPSettings(noise_multiplier=0.0)  # delta, accountant, neighboring: the defaults
-        rows = []
-        for z in cfg.tables.noise:
-            r = variant(f"noise-{z:g}", cfg.fedlm, cfg.init, replace(base_dp, noise_multiplier=z))
-            rows.append({"noise_multiplier": z, "ppl": r["ppl"], **_row_wer(ev, r),
-                         "epsilon": r["priv"].get("epsilon"), "delta": r["priv"].get("delta")})
-        tables["noise"] = rows
+        tables["noise"] = [_noise_row(cfg, variant, ev, replace(base_dp, noise_multiplier=z))
+                           for z in cfg.tables.noise]
     return tables
+
+
+def _noise_row(cfg: FedLmRunConfig, variant: _Variants, ev: _WerEval | None, dp: DPSettings) -> dict[str, Any]:
+    """A DP table row: the mean over ``tables.noise_draws`` noise draws (one run when the noise is 0), each draw a
+    release of the row's epsilon: the draws' ranges (``ppl_min``.., ``wer_min``..), their MAPSSWE p values (the
+    row's ``mapsswe_p`` is their median) and the bootstrap interval of the draw-mean's change against the
+    unadapted NNLM."""
+    from privasr.metrics import paired_bootstrap
+
+    z = dp.noise_multiplier
+    draws = cfg.tables.noise_draws if z > 0 else 1
+    runs = [variant(f"noise-{z:g}" + (f"-draw{d}" if d else ""), cfg.fedlm, cfg.init, dp, d) for d in range(draws)]
+    ppls = [r["ppl"] for r in runs]
+    row: dict[str, Any] = {"noise_multiplier": z, "draws": draws, "ppl": float(np.mean(ppls)), "ppl_min": min(ppls),
+                           "ppl_max": max(ppls), "epsilon": runs[0]["priv"].get("epsilon"),
+                           "delta": runs[0]["priv"].get("delta")}
+    if ev is None:
+        return row
+    res = [r.setdefault("wer", ev(r["params"])) for r in runs]
+    wers, ps = [r["wer"] for r in res], [r["mapsswe_p"] for r in res]
+    errors = np.sum([np.asarray(r["_wer"].utt_errors, dtype=np.int64) for r in res], axis=0)
+    refs = np.asarray(res[0]["_wer"].utt_ref_words, dtype=np.int64)
+    # the draws' summed errors against draws x the baseline's: the interval of the draw-mean's change
+    bs = paired_bootstrap(errors, draws * np.asarray(ev.w_base.utt_errors, dtype=np.int64), draws * refs,
+                          seed=cfg.seed, resamples=cfg.eval.bootstrap_resamples)
+    base = ev.w_base.wer
+    row.update(wer=float(np.mean(wers)), wer_min=min(wers), wer_max=max(wers),
+               wer_rel_change=(float(np.mean(wers)) - base) / base if base else 0.0, mapsswe_p=float(np.median(ps)),
+               mapsswe_p_draws=ps, ci_low=bs.ci_low, ci_high=bs.ci_high)
+    return row
 
 
 def _reliability_lines(curve: Any) -> list[str]:
@@ -1311,10 +1347,16 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], tables: Mapping[str, Any]
     if curve is not None:
         lines += ["Reliability diagram of the clients' confidences (also `reliability.csv`):", "",
                   *_reliability_lines(curve), ""]
-    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, _cell) for name, rows in tables.items())
+    if any(r.get("draws", 1) > 1 for r in tables.get("noise", ())):
+        lines += [f"The noise rows are means over {cfg.tables.noise_draws} runs that differ only in their noise draw "
+                  "(`ppl_min` to `ppl_max`, `wer_min` to `wer_max`: the draws' range; `mapsswe_p`: their median). "
+                  "Epsilon is per draw: the draws are repeated simulations of one release, and publishing all of "
+                  "them would compose.", ""]
+    return "\n".join(lines) + "\n" + "".join(markdown_table(name, rows, _cell, skip=("mapsswe_p_draws",))
+                                             for name, rows in tables.items())
 
 
 def _cell(key: str, v: Any) -> str:
-    if isinstance(v, float) and key in ("wer", "wer_rel_change"):
-        return f"{100 * v:.2f}%" if key == "wer" else f"{100 * v:+.2f}%"
+    if isinstance(v, float) and key in ("wer", "wer_min", "wer_max", "wer_rel_change"):
+        return f"{100 * v:.2f}%" if key != "wer_rel_change" else f"{100 * v:+.2f}%"
     return f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))

@@ -104,12 +104,18 @@ class PrivacySettings:
             when every client takes part) and of the delta check (:func:`check_privacy`). ``None``: the run's
             number of clients, which is then taken as public (results.json states it). Under add/remove-one
             neighbours the guarantee is for the mechanism with this ``N`` fixed, whatever the data.
+        noise_draw: which of a simulation's repeated noise draws this run is: round ``r``'s noise comes from
+            ``default_rng([seed, r, 2])`` for draw 0 and ``[seed, r, 2, noise_draw]`` otherwise, so draws differ
+            in their noise only (sampling, client training and server randomness stay those of ``seed``). Each
+            draw is a release of its own epsilon; publishing several releases of the same data composes them.
+            Central noise only (not with noise shares added by the clients under secure aggregation).
     """
 
     mechanism: Any
     accountant: Any
     composition: str = "sequential"
     population: int | None = None
+    noise_draw: int = 0
 
     def __post_init__(self) -> None:
         if self.composition not in ("sequential", "parallel"):
@@ -117,6 +123,9 @@ class PrivacySettings:
         p = self.population
         if p is not None and (isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 1):
             raise ConfigError(f"population={p!r}", expected="None or an integer >= 1 (the declared number of clients)")
+        d = self.noise_draw
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+            raise ConfigError(f"noise_draw={d!r}", expected="an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -322,7 +331,9 @@ def _run_key(algorithm: Any, n_clients: int, sampler: Any, seed: int, privacy: P
            "privacy": None if privacy is None else {"mechanism": repr(privacy.mechanism),
                                                     "composition": privacy.composition,
                                                     **({} if privacy.population is None
-                                                       else {"population": int(privacy.population)})},
+                                                       else {"population": int(privacy.population)}),
+                                                    **({"noise_draw": int(privacy.noise_draw)}
+                                                       if privacy.noise_draw else {})},
            "extra": extra}
     return json.dumps(key, sort_keys=True, default=repr)
 
@@ -605,8 +616,12 @@ def _privatise(acc: Any, algorithm: Any, privacy: PrivacySettings, sampler: Any,
                              "differential privacy needs one to add noise to")
     mechanism = privacy.mechanism
     if shares is None:
-        acc = acc.add_noise(mechanism, np.random.default_rng([seed, r, 2]))
+        draw = int(privacy.noise_draw)
+        acc = acc.add_noise(mechanism, np.random.default_rng([seed, r, 2] if draw == 0 else [seed, r, 2, draw]))
     else:
+        if privacy.noise_draw:
+            raise FederatedError(f"noise_draw={privacy.noise_draw} with noise shares added by the clients: "
+                                 "noise draws repeat central noise only")
         parts, received = shares
         if received < parts:
             raise FederatedError(f"round {r}: fewer than the {parts} noise shares (min_clients) that make the "
