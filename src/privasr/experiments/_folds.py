@@ -115,7 +115,7 @@ def report_lines(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], per_cl
     for r in rows:
         lines.append(f"| {r['fold']} | {' '.join(r['test_clients'])} | {r['test_utterances']:,} | "
                      f"{_pct(r['wer_baseline'])} | {_pct(r['wer'])} | {_rel(r['wer_rel_change'])} | "
-                     f"{r['mapsswe_p']:.3g} |" + "".join(f" {_cell(r.get(k))} |" for _, k in extra_cols))
+                     f"{r['mapsswe_p']:.3g} |" + "".join(f" {_cell(r.get(k), k)} |" for _, k in extra_cols))
     lines += [f"| **pooled** | all {m['test_clients']} | {m['test_utterances']:,} | {_pct(m['wer_baseline'])} | "
               f"**{_pct(m['wer'])}** | **{_rel(m['wer_rel_change'])}** | **{m['mapsswe_p']:.3g}** |"
               + " |" * len(extra_cols), "",
@@ -133,7 +133,12 @@ def report_lines(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], per_cl
     return lines + [""]
 
 
-def _cell(v: Any) -> str:
+def _cell(v: Any, key: str = "") -> str:
+    """A fold table cell: a WER (a key starting ``wer``) as a percentage, other numbers to 3 digits.
+
+    >>> _cell(0.17612, "wer_all"), _cell(0.8331, "auc"), _cell(None)
+    ('17.61%', '0.833', '')
+    """
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return f"{100 * v:.2f}%" if key.startswith("wer") else f"{v:.3g}"
     return "" if v is None else str(v)
