@@ -142,6 +142,9 @@ def test_train_without_a_feature_and_the_datas_own_confidences(nbest_file, tmp_p
     assert "decoder_confidence" in w["config"]["features"]
     assert "decoder_confidence" not in wo["config"]["features"] and "agreement" not in wo["config"]["features"]
     assert w["metrics"]["data_confidence"]["auc"] == 1.0  # the data's own, as they are
+    # the weight a confidence-weighted loss puts on wrong words: less than their share of the words
+    own = w["metrics"]["data_confidence"]
+    assert 0 < own["wrong_weight_share"] < 1 - own["base_rate"]
     assert w["metrics"]["auc"] > 0.999 and w["metrics"]["auc"] > wo["metrics"]["auc"]
 
 

@@ -106,7 +106,8 @@ def train_cmd(
     metrics = {
         **report.as_dict(),
         **{f"{k}_uncalibrated": v for k, v in raw.as_dict().items() if k in ("auc", "ece", "nce", "brier",
-                                                                                  "mean_confidence")},
+                                                                                  "mean_confidence",
+                                                                                  "wrong_weight_share")},
         "n_test_utterances": len(test),
         "n_train_utterances": model.info["n_train_utterances"],
         "n_train_words": model.info["n_train_words"],
@@ -187,7 +188,7 @@ def _print_report(kind: str, nbest: Path, report: Any, raw: Any, own: Any = None
     table.add_column("raw", justify="right")
     if own is not None:
         table.add_column("the data's own", justify="right")
-    for name in ("auc", "ece", "nce", "brier", "mean_confidence"):
+    for name in ("auc", "ece", "nce", "brier", "mean_confidence", "wrong_weight_share"):
         row = [_fmt(getattr(report, name)), _fmt(getattr(raw, name))]
         table.add_row(name.upper() if len(name) <= 5 else name, *row,
                       *([_fmt(getattr(own, name))] if own is not None else []))

@@ -388,6 +388,9 @@ class ConfidenceReport:
         mean_confidence: the mean predicted confidence.
         reliability: the reliability curve (for a plot).
         calibrated: whether the isotonic calibration was applied.
+        wrong_weight_share: the share of the confidence mass on incorrect words, ``sum(conf[wrong]) /
+            sum(conf)``: in a confidence-weighted loss, the share of the training weight that falls on wrong
+            words (``1 - base_rate`` with equal weights, 0 with perfect confidences).
     """
 
     auc: float
@@ -400,6 +403,7 @@ class ConfidenceReport:
     mean_confidence: float
     reliability: ReliabilityCurve
     calibrated: bool
+    wrong_weight_share: float = math.nan
 
     @classmethod
     def compute(cls, conf: np.ndarray, correct: np.ndarray, *, n_utterances: int, calibrated: bool,
@@ -408,21 +412,24 @@ class ConfidenceReport:
 
         >>> r = ConfidenceReport.compute(np.array([0.9, 0.2]), np.array([True, False]), n_utterances=1,
         ...                              calibrated=False, bins=5)
-        >>> r.auc, round(r.ece, 3), r.n_words
-        (1.0, 0.15, 2)
+        >>> r.auc, round(r.ece, 3), r.n_words, round(r.wrong_weight_share, 3)
+        (1.0, 0.15, 2, 0.182)
         """
         curve = reliability_curve(conf, correct, bins)
         n = int(conf.size)
+        mass = float(conf.sum()) if n else 0.0
         return cls(auc=roc_auc(conf, correct), ece=curve.ece, nce=normalized_cross_entropy(conf, correct),
                    brier=brier_score(conf, correct), n_words=n, n_utterances=n_utterances,
                    base_rate=float(correct.mean()) if n else math.nan,
-                   mean_confidence=float(conf.mean()) if n else math.nan, reliability=curve, calibrated=calibrated)
+                   mean_confidence=float(conf.mean()) if n else math.nan, reliability=curve, calibrated=calibrated,
+                   wrong_weight_share=float(conf[~correct.astype(bool)].sum()) / mass if mass > 0 else math.nan)
 
     def as_dict(self) -> dict[str, Any]:
         """The scalar figures (the curve is :meth:`ReliabilityCurve.as_dict`)."""
         return {"auc": self.auc, "ece": self.ece, "nce": self.nce, "brier": self.brier, "n_words": self.n_words,
                 "n_utterances": self.n_utterances, "base_rate": self.base_rate,
                 "mean_confidence": self.mean_confidence, "calibrated": self.calibrated,
+                "wrong_weight_share": self.wrong_weight_share,
                 "ece_bins": int(self.reliability.count.size)}
 
 

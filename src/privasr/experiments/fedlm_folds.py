@@ -128,7 +128,7 @@ def run_fedlm_folds(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str]
             row.update({f"wer{sfx}": r["wer"], f"wer_rel_change{sfx}": r["wer_rel_change"],
                         f"mapsswe_p{sfx}": r["mapsswe_p"], f"ppl{sfx}": runs[k]["ppl"], f"weights{sfx}": r["weights"]})
         if data.confidence_report is not None:
-            row.update({k: data.confidence_report.get(k) for k in ("auc", "ece")})
+            row.update({k: data.confidence_report.get(k) for k in ("auc", "ece", "wrong_weight_share")})
         rows.append(row)
     opts = {"seed": cfg.seed, "resamples": cfg.eval.bootstrap_resamples, "confidence": 0.95}
     metrics, per_client = pool(folds, pooled_test, words["main"], words["base"],
@@ -172,7 +172,8 @@ def _report(cfg: FedLmRunConfig, m: Mapping[str, Any], rows: Sequence[Mapping[st
               f"{m['folds']} folds (seed {cfg.seed}). In each fold the other folds' meetings are the clients "
               f"({m['rounds']} rounds, {m['loss']} loss) and tune both systems' rescoring weights; the fold's own "
               f"meetings are tested. System: {m['wer_system']}; baseline: {m['wer_baseline_system']}.", ""]
-    extra = [("ppl", "ppl"), ("AUC", "auc"), ("dropped", "dropped_updates")]
+    extra = [("ppl", "ppl"), ("AUC", "auc"), ("weight on wrong words", "wrong_weight_share"),
+             ("dropped", "dropped_updates")]
     if "wer_all" in m:
         extra.insert(0, ("all-utterances WER", "wer_all"))
     lines += report_lines(m, rows, per_client, extra)
