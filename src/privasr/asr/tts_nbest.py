@@ -535,27 +535,7 @@ def summary_metrics(result: TtsNbestResult, jobs: int) -> dict[str, Any]:
         "wall_s": result.wall_s,
         "utterances_per_s": (len(recs) - result.resumed) / result.wall_s if result.wall_s > 0 else math.nan,
         "jobs": jobs,
-        **_confidence_metrics(recs),
     }
-
-
-def _confidence_metrics(recs: Sequence[NBest]) -> dict[str, Any]:
-    """How well the decoder's own 1-best word confidences (lattice posteriors) tell right words from wrong:
-    ``confidence_coverage`` (share of 1-best words with one), their AUC and ECE (uncalibrated)."""
-    import numpy as np
-
-    from privasr.confidence.calibration import DEFAULT_BINS, reliability_curve, roc_auc
-    from privasr.confidence.features import labels_many
-
-    words = [r for r in recs if r.hyps and r.hyps[0].words and r.ref is not None]
-    have = [r for r in words if r.hyps[0].confidences is not None]
-    n_words = sum(len(r.hyps[0].words) for r in words)
-    if not have:
-        return {"confidence_coverage": 0.0 if n_words else None}
-    c = np.concatenate([np.asarray(r.hyps[0].confidences, dtype=np.float64) for r in have])
-    y = np.concatenate(labels_many(have))
-    return {"confidence_coverage": c.size / n_words, "confidence_auc": roc_auc(c, y),
-            "confidence_ece": reliability_curve(c, y, DEFAULT_BINS).ece}
 
 
 def _merged_share(recs: Sequence[NBest]) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -141,7 +142,7 @@ def tts_nbest(
         inputs["whisper_model"] = fingerprint(whisper["model"])["sha256"] if whisper.get("model") else "tiny.en"
     result = build_tts_nbest(evaluation, out, lm=lm_file, hmm=model_dir, dictionary=dictionary, settings=settings,
                              jobs=n_jobs, progress=True, fingerprints=inputs, whisper=whisper)
-    metrics = summary_metrics(result, n_jobs)
+    metrics = {**summary_metrics(result, n_jobs), **_confidence_metrics(result.records)}
     config = {"transcripts": str(transcripts), "format": fmt, "clients": clients, "normalize": normalize,
               "min_words": min_words, "max_words": max_words, "limit": limit, "lm": str(lm) if lm else None,
               "adapt_text": adapt_text, "hmm": str(hmm) if hmm else None, "dict": str(dictionary) if dictionary else None,
@@ -245,3 +246,22 @@ def _report(out: Path, m: dict[str, Any], config: dict[str, Any], adapt: dict[st
         lines += [f"Acoustic model: {mm['method'].upper()}-adapted on {mm['utterances']} sentences of "
                   f"`{adapt['text']}` ({mm['audio_s'] / 60:.1f} min of audio; left out: {mm['left_out']}).", ""]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def _confidence_metrics(recs: Sequence[Any]) -> dict[str, Any]:
+    """How well the decoder's own 1-best word confidences (lattice posteriors) tell right words from wrong:
+    ``confidence_coverage`` (share of 1-best words with one), their AUC and ECE (uncalibrated)."""
+    import numpy as np
+
+    from privasr.confidence.calibration import DEFAULT_BINS, reliability_curve, roc_auc
+    from privasr.confidence.features import labels_many
+
+    words = [r for r in recs if r.hyps and r.hyps[0].words and r.ref is not None]
+    have = [r for r in words if r.hyps[0].confidences is not None]
+    n_words = sum(len(r.hyps[0].words) for r in words)
+    if not have:
+        return {"confidence_coverage": 0.0 if n_words else None}
+    c = np.concatenate([np.asarray(r.hyps[0].confidences, dtype=np.float64) for r in have])
+    y = np.concatenate(labels_many(have))
+    return {"confidence_coverage": c.size / n_words, "confidence_auc": roc_auc(c, y),
+            "confidence_ece": reliability_curve(c, y, DEFAULT_BINS).ece}
