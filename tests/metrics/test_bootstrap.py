@@ -80,3 +80,18 @@ def test_properties(rows, seed):
     assert lo - 1e-12 <= r.ci_low and r.ci_high <= hi + 1e-12  # a ratio of sums lies between the extremes
     swapped = paired_bootstrap(eb, ea, rw, seed=seed, resamples=200)  # same resamples, negated differences
     assert swapped.ci_low == pytest.approx(-r.ci_high) and swapped.ci_high == pytest.approx(-r.ci_low)
+
+
+def test_draw_mean_bootstrap_is_the_draws_summed_against_r_baselines():
+    from privasr.metrics import draw_mean_bootstrap
+
+    draws, base, refs = [[1, 0, 3], [2, 0, 1]], [2, 1, 2], [5, 4, 6]
+    got = draw_mean_bootstrap(draws, base, refs, seed=3, resamples=300)
+    want = paired_bootstrap([3, 0, 4], [4, 2, 4], [10, 8, 12], seed=3, resamples=300)
+    assert got == want
+    # the difference is the draw-mean's WER minus the baseline's
+    assert got.difference == pytest.approx((7 / 2 - 5) / 15)
+    with pytest.raises(InputError, match="differ in length"):
+        draw_mean_bootstrap([[1, 0], [1, 0, 0]], base, refs)
+    with pytest.raises(InputError, match="no draws"):
+        draw_mean_bootstrap([], base, refs)

@@ -1033,7 +1033,7 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
     (and ``lam2``) for each number of rounds, hyper-parameter row, epsilon (DP) and bigram row; each row's test
     WER, MAPSSWE p and paired-bootstrap interval (``ci_low``, ``ci_high``: row minus baseline, as a fraction)
     against the baseline's ``base_words``."""
-    from privasr.metrics import mapsswe, paired_bootstrap, wer
+    from privasr.metrics import draw_mean_bootstrap, mapsswe, wer
 
     refs = [nb.ref for nb in p.test]
     ids = [nb.utt_id for nb in p.test]
@@ -1045,7 +1045,7 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
         fmp = {**fmp, "sigma": 0.1} if cfg.oracle_cache else fmp
         if lam2 is not None and "lam2" not in fmp:
             fmp = {**fmp, "lam2": lam2}
-        wers, ps, errors, priv = [], [], None, {}
+        wers, ps, errors, priv = [], [], [], {}
         for d in range(draws):
             clients = build_clients(p.test, p.test_totals, p.test_offsets, p.vocab, cfg.clients.key, rounds,
                                     p.bias_weight, cfg.oracle_cache)
@@ -1056,13 +1056,10 @@ def run_tables(cfg: FmpRunConfig, p: _Prepared, lam: float, lam2: float | None, 
             mp = mapsswe(refs, words, base_words, ids=ids)
             wers.append(w.wer)
             ps.append(mp.p)
-            e = np.asarray(w.utt_errors, dtype=np.int64)
-            errors = e if errors is None else errors + e
+            errors.append(w.utt_errors)
             better = mp.better
-        # the draws' summed errors against draws x the baseline's: the interval of the draw-mean's change
-        bs = paired_bootstrap(errors, draws * np.asarray(w_base.utt_errors, dtype=np.int64),
-                              draws * np.asarray(w.utt_ref_words, dtype=np.int64), seed=cfg.seed,
-                              resamples=cfg.eval.bootstrap_resamples)
+        bs = draw_mean_bootstrap(errors, w_base.utt_errors, w.utt_ref_words, seed=cfg.seed,
+                                 resamples=cfg.eval.bootstrap_resamples)
         out = {"wer": float(np.mean(wers)), "mapsswe_p": float(np.median(ps)),
                "better": better if draws == 1 else None, "ci_low": bs.ci_low, "ci_high": bs.ci_high, **priv}
         if draws > 1:

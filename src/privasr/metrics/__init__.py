@@ -12,6 +12,7 @@ from privasr.metrics.bootstrap import (
     BootstrapResult,
     bootstrap_wer_difference,
     difference_interval,
+    draw_mean_bootstrap,
     paired_bootstrap,
 )
 from privasr.metrics.mapsswe import (
@@ -29,7 +30,7 @@ from privasr.metrics.word_changes import ClassChanges, WordHitChanges, class_cha
 
 __all__ = [
     "SCLITE_WEIGHTS", "Alignment", "align", "align_many",
-    "BootstrapResult", "bootstrap_wer_difference", "difference_interval", "paired_bootstrap",
+    "BootstrapResult", "bootstrap_wer_difference", "difference_interval", "draw_mean_bootstrap", "paired_bootstrap",
     "MapssweResult", "Segment", "mapsswe", "mapsswe_from_alignments", "segment_sentence", "z_test",
     "onebest_wer", "oracle_indices", "oracle_wer",
     "OOV", "ZEROPROB", "PplStats", "corpus_stats", "format_ppl", "sentence_stats",

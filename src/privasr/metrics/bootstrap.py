@@ -22,7 +22,8 @@ import numpy as np
 from privasr.errors import InputError
 from privasr.metrics.wer import WerResult, error_rate
 
-__all__ = ["BootstrapResult", "paired_bootstrap", "bootstrap_wer_difference", "difference_interval"]
+__all__ = ["BootstrapResult", "paired_bootstrap", "draw_mean_bootstrap", "bootstrap_wer_difference",
+           "difference_interval"]
 
 _MAX_DRAWS = 4_000_000  # indices drawn per numpy batch
 
@@ -143,6 +144,34 @@ def paired_bootstrap(
     return BootstrapResult(wer_a=wa, wer_b=wb, difference=diff, ci_low=float(lo), ci_high=float(hi),
                            confidence=confidence, prob_a_better=a_better / resamples, resamples=resamples,
                            seed=seed)
+
+
+def draw_mean_bootstrap(
+    draw_errors: Sequence[Sequence[int] | np.ndarray],
+    base_errors: Sequence[int] | np.ndarray,
+    ref_words: Sequence[int] | np.ndarray,
+    *,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> BootstrapResult:
+    """Paired bootstrap CI of the change of a system's mean WER over repeated draws (e.g. DP noise draws) against
+    a baseline run once: the draws' summed per-utterance errors against ``R`` times the baseline's, over ``R``
+    times the reference words, so each resample's difference is the draw-mean's WER minus the baseline's.
+
+    >>> r = draw_mean_bootstrap([[1, 0], [1, 2]], [2, 1], [5, 5], seed=0)  # mean WER 0.2 against 0.3
+    >>> round(r.difference, 6)
+    -0.1
+    """
+    if not draw_errors:
+        raise InputError("no draws", expected="the per-utterance errors of one run or more")
+    draws = [_counts(e, "draw_errors") for e in draw_errors]
+    if len({len(e) for e in draws}) != 1:
+        raise InputError("the draws' error lists differ in length", expected="one count per utterance in every draw")
+    total = np.sum(draws, axis=0)
+    r = len(draws)
+    return paired_bootstrap(total, r * _counts(base_errors, "base_errors"), r * _counts(ref_words, "ref_words"),
+                            resamples=resamples, confidence=confidence, seed=seed)
 
 
 def bootstrap_wer_difference(
