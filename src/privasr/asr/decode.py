@@ -90,6 +90,11 @@ _FILLER = re.compile(r"^(<.*>|\[.*\]|\+\+.*\+\+)$")
 _VARIANT = re.compile(r"\(\d+\)$")
 
 
+def _base_word(word: str) -> str:
+    """A dictionary word without its pronunciation-variant suffix: ``to(3)`` -> ``to``."""
+    return _VARIANT.sub("", word)
+
+
 def default_model() -> dict[str, str]:
     """Paths of the bundled en-us acoustic model (``hmm``), LM (``lm``) and dictionary (``dict``)."""
     import pocketsphinx
@@ -255,12 +260,12 @@ class Decoder:
         frame = 1.0 / self.frame_rate
         segs = []
         for sg in self._ps.seg():
-            w = _VARIANT.sub("", sg.word)
+            w = _base_word(sg.word)
             if not _FILLER.match(w):
                 segs.append((w, sg.start_frame * frame, max(sg.start_frame, sg.end_frame) * frame))
         if tuple(w for w, _, _ in segs) != best_words:
             return None, "none: the segmentation does not spell the 1-best"
-        post = word_posteriors(lattice, segs, word_on="start", frame_s=frame, word_key=lambda w: _VARIANT.sub("", w))
+        post = word_posteriors(lattice, segs, word_on="start", frame_s=frame, word_key=_base_word)
         return tuple(post), "lattice C_max"
 
     def decode_pcm(self, pcm: np.ndarray, utt_id: str, ref: Sequence[str] | None = None, *,
@@ -308,7 +313,7 @@ class Decoder:
         if lattice is None:
             ams: list[float | None] = [None] * len(ranked)
         else:
-            ams = best_path_scores(lattice, ranked, word_key=lambda w: _VARIANT.sub("", w))
+            ams = best_path_scores(lattice, ranked, word_key=_base_word)
         confidences, how = self._confidences(lattice, best_words)
         t2 = time.perf_counter()
         hyps = []

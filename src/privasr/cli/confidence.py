@@ -80,17 +80,12 @@ def train_cmd(
 
     Utterances (not words) are split, seeded: a test share for the report, and of the rest a calibration share for the isotonic regression; the classifier learns from the remainder. 1-best words are labelled correct when sclite's alignment against the reference marks them a hit.
     """
-    from privasr.confidence.features import FEATURE_NAMES
-    from privasr.confidence.model import ConfidenceModel
+    from privasr.confidence.features import features_without
+    from privasr.confidence.model import ConfidenceModel, ConfidenceReport
     from privasr.results import write_results
 
     _check_options(kind, test_fraction, calibration_fraction, seed, bins)
-    dropped = sorted(set(exclude or ()))
-    unknown = [n for n in dropped if n not in FEATURE_NAMES]
-    features = [n for n in FEATURE_NAMES if n not in dropped]
-    if unknown or not features:
-        raise ConfigError(f"--exclude {', '.join(unknown or dropped)}",
-                          expected=f"some (not all) of {', '.join(FEATURE_NAMES)}")
+    features = list(features_without(exclude or (), "--exclude"))
     test, train = _split(_load_nbest(nbest, fmt), test_fraction, seed, nbest)
     language_model = _load_lm(lm)
     try:
@@ -116,7 +111,7 @@ def train_cmd(
         "reliability": report.reliability.as_dict(),
         "reliability_uncalibrated": raw.reliability.as_dict(),
     }
-    own = _data_confidence(test, bins)
+    own = ConfidenceReport.of_data(test, bins=bins)
     if own is not None:
         metrics["data_confidence"] = {k: v for k, v in own.as_dict().items() if k != "reliability"}
     config = {"nbest": str(nbest), "format": fmt, "kind": kind, "test_fraction": test_fraction,
@@ -128,21 +123,6 @@ def train_cmd(
                   extra={"model": {"path": str(out / MODEL_FILE), "info": model.info}})
     _print_report(kind, nbest, report, raw, own)
     out_console.print(f"[bold]results:[/] {out / 'results.json'}  [bold]model:[/] {out / MODEL_FILE}")
-
-
-def _data_confidence(test: list[NBest], bins: int) -> Any:
-    """The lists' own 1-best confidences as a detector of correct words (``None`` if some list has none)."""
-    import numpy as np
-
-    from privasr.confidence.features import labels_many
-    from privasr.confidence.model import ConfidenceReport
-
-    kept = [r for r in test if r.hyps and r.hyps[0].words]
-    if not kept or any(r.hyps[0].confidences is None for r in kept):
-        return None
-    c = np.concatenate([np.asarray(r.hyps[0].confidences, dtype=np.float64) for r in kept])
-    y = np.concatenate(labels_many(kept))
-    return ConfidenceReport.compute(c, y, n_utterances=len(kept), calibrated=False, bins=bins)
 
 
 def _check_options(kind: str, test_fraction: float, calibration_fraction: float, seed: int, bins: int) -> None:

@@ -251,17 +251,13 @@ def _report(out: Path, m: dict[str, Any], config: dict[str, Any], adapt: dict[st
 def _confidence_metrics(recs: Sequence[Any]) -> dict[str, Any]:
     """How well the decoder's own 1-best word confidences (lattice posteriors) tell right words from wrong:
     ``confidence_coverage`` (share of 1-best words with one), their AUC and ECE (uncalibrated)."""
-    import numpy as np
-
-    from privasr.confidence.calibration import DEFAULT_BINS, reliability_curve, roc_auc
-    from privasr.confidence.features import labels_many
+    from privasr.confidence.model import ConfidenceReport
 
     words = [r for r in recs if r.hyps and r.hyps[0].words and r.ref is not None]
     have = [r for r in words if r.hyps[0].confidences is not None]
     n_words = sum(len(r.hyps[0].words) for r in words)
-    if not have:
+    report = ConfidenceReport.of_data(have)
+    if report is None:
         return {"confidence_coverage": 0.0 if n_words else None}
-    c = np.concatenate([np.asarray(r.hyps[0].confidences, dtype=np.float64) for r in have])
-    y = np.concatenate(labels_many(have))
-    return {"confidence_coverage": c.size / n_words, "confidence_auc": roc_auc(c, y),
-            "confidence_ece": reliability_curve(c, y, DEFAULT_BINS).ece}
+    return {"confidence_coverage": report.n_words / n_words, "confidence_auc": report.auc,
+            "confidence_ece": report.ece}

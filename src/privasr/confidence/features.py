@@ -46,12 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from privasr.corpus.records import NBest
-from privasr.errors import InputError
+from privasr.errors import ConfigError, InputError
 from privasr.lm.base import LanguageModel
 from privasr.metrics.align import align_many
 
 __all__ = [
     "FEATURE_NAMES",
+    "features_without",
     "WordFeatures",
     "word_features",
     "word_features_many",
@@ -79,6 +80,24 @@ FEATURE_NAMES: tuple[str, ...] = (
 """The feature columns, in order (see the module docstring)."""
 
 _COL = {name: j for j, name in enumerate(FEATURE_NAMES)}
+
+
+def features_without(excluded: Sequence[str], what: str = "excluded features") -> tuple[str, ...]:
+    """:data:`FEATURE_NAMES` without ``excluded``, in order; ``what`` names the setting in the error.
+
+    >>> features_without(["decoder_confidence"])[-1]
+    'score_gap'
+    >>> features_without(["pitch"], "--exclude")
+    Traceback (most recent call last):
+    ...
+    privasr.errors.ConfigError: --exclude pitch (expected some (not all) of posterior, agreement, am_per_word, lm_per_word, total_per_word, word_length, lm_logprob, position, utt_length, nbest_size, score_gap, decoder_confidence)
+    """
+    unknown = sorted(set(excluded) - set(FEATURE_NAMES))
+    keep = tuple(n for n in FEATURE_NAMES if n not in excluded)
+    if unknown or not keep:
+        raise ConfigError(f"{what} {', '.join(unknown or sorted(set(excluded)))}",
+                          expected=f"some (not all) of {', '.join(FEATURE_NAMES)}")
+    return keep
 
 
 @dataclass(frozen=True)

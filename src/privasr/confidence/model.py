@@ -424,6 +424,22 @@ class ConfidenceReport:
                    mean_confidence=float(conf.mean()) if n else math.nan, reliability=curve, calibrated=calibrated,
                    wrong_weight_share=float(conf[~correct.astype(bool)].sum()) / mass if mass > 0 else math.nan)
 
+    @classmethod
+    def of_data(cls, nbests: Sequence[NBest], *, bins: int = DEFAULT_BINS) -> ConfidenceReport | None:
+        """The report of the lists' own 1-best confidences as they are (e.g. a decoder's lattice word
+        posteriors), against the references; ``None`` when a non-empty 1-best has none, or no list has words.
+
+        >>> from privasr.corpus.records import Hypothesis
+        >>> nb = NBest("u", (Hypothesis.from_text("a b", confidences=(0.9, 0.2)),), ref=("a", "c"))
+        >>> ConfidenceReport.of_data([nb]).auc, ConfidenceReport.of_data([NBest("v", ())]) is None
+        (1.0, True)
+        """
+        kept = [nb for nb in nbests if nb.hyps and nb.hyps[0].words]
+        if not kept or any(nb.hyps[0].confidences is None for nb in kept):
+            return None
+        c = np.concatenate([np.asarray(nb.hyps[0].confidences, dtype=np.float64) for nb in kept])
+        return cls.compute(c, np.concatenate(labels_many(kept)), n_utterances=len(kept), calibrated=False, bins=bins)
+
     def as_dict(self) -> dict[str, Any]:
         """The scalar figures (the curve is :meth:`ReliabilityCurve.as_dict`)."""
         return {"auc": self.auc, "ece": self.ece, "nce": self.nce, "brier": self.brier, "n_words": self.n_words,

@@ -226,14 +226,9 @@ class ConfidenceSettings:
         """The N-best classifier's feature columns: all of them but ``exclude_features`` (``None``: all)."""
         if not self.exclude_features:
             return None
-        from privasr.confidence.features import FEATURE_NAMES
+        from privasr.confidence.features import features_without
 
-        unknown = sorted(set(self.exclude_features) - set(FEATURE_NAMES))
-        keep = tuple(n for n in FEATURE_NAMES if n not in self.exclude_features)
-        if unknown or not keep:
-            raise ConfigError(f"confidence.exclude_features {list(self.exclude_features)}",
-                              expected=f"some (not all) of {', '.join(FEATURE_NAMES)}")
-        return keep
+        return features_without(self.exclude_features, "confidence.exclude_features")
 
 
 @dataclass(frozen=True)
@@ -1266,7 +1261,7 @@ def _noise_row(cfg: FedLmRunConfig, variant: _Variants, ev: _WerEval | None, dp:
     release of the row's epsilon: the draws' ranges (``ppl_min``.., ``wer_min``..), their MAPSSWE p values (the
     row's ``mapsswe_p`` is their median) and the bootstrap interval of the draw-mean's change against the
     unadapted NNLM."""
-    from privasr.metrics import paired_bootstrap
+    from privasr.metrics import draw_mean_bootstrap
 
     z = dp.noise_multiplier
     draws = cfg.tables.noise_draws if z > 0 else 1
@@ -1279,11 +1274,8 @@ def _noise_row(cfg: FedLmRunConfig, variant: _Variants, ev: _WerEval | None, dp:
         return row
     res = [r.setdefault("wer", ev(r["params"])) for r in runs]
     wers, ps = [r["wer"] for r in res], [r["mapsswe_p"] for r in res]
-    errors = np.sum([np.asarray(r["_wer"].utt_errors, dtype=np.int64) for r in res], axis=0)
-    refs = np.asarray(res[0]["_wer"].utt_ref_words, dtype=np.int64)
-    # the draws' summed errors against draws x the baseline's: the interval of the draw-mean's change
-    bs = paired_bootstrap(errors, draws * np.asarray(ev.w_base.utt_errors, dtype=np.int64), draws * refs,
-                          seed=cfg.seed, resamples=cfg.eval.bootstrap_resamples)
+    bs = draw_mean_bootstrap([r["_wer"].utt_errors for r in res], ev.w_base.utt_errors,
+                             res[0]["_wer"].utt_ref_words, seed=cfg.seed, resamples=cfg.eval.bootstrap_resamples)
     base = ev.w_base.wer
     row.update(wer=float(np.mean(wers)), wer_min=min(wers), wer_max=max(wers),
                wer_rel_change=(float(np.mean(wers)) - base) / base if base else 0.0, mapsswe_p=float(np.median(ps)),
