@@ -26,17 +26,39 @@ def run(
                                                 "config names a cache_dir)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config value: --set lstm.options.max_epochs=2 "
                                                           "(dotted keys, YAML values; repeatable)."),
+    folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings: pool the dev and test "
+                                     "N-best sets, cut their meetings into K folds; each fold trains and tunes on "
+                                     "what it does not test (config key folds; export_arpa is dropped; "
+                                     "privasr.experiments.anon_folds)."),
+    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
+                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
 ) -> None:
-    """Train M1-M4 on anonymised and original AMI text, adapt on clean data, interpolate, rescore N-best lists."""
-    from privasr.cli.rescore import _command_line
+    """Train M1-M4 on anonymised and original AMI text, adapt on clean data, interpolate, rescore N-best lists.
+
+    With --folds K every N-best meeting is tested once, by models and weights tuned without it; the report gives
+    each fold, the pooled tables and their spread across folds and meetings."""
+    from privasr.cli.rescore import _command_line, print_folds
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.anon import load_anon_config, run_anon
 
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
+    if folds is not None:
+        raw = apply_overrides(raw, {"folds": folds, "export_arpa": False})
+    if fold_unit is not None:
+        raw = apply_overrides(raw, {"fold_unit": fold_unit})
     try:
         cfg = load_anon_config(raw)
     except InputError as e:
         raise e.at(config) from None
+    if cfg.folds is not None:
+        from privasr.experiments.anon_folds import run_anon_folds
+
+        m = run_anon_folds(cfg, out, argv=_command_line(),
+                           progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        rec = m["recovered_fraction"]
+        print_folds(m, out, m["wer_system"], f"; {m['wer_original_system']} {100 * m['wer_original']:.2f}%, "
+                    "recovered fraction " + ("n/a" if rec is None else f"{rec:.2f}"))
+        return
     m = run_anon(cfg, out, argv=_command_line(), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     rec = m["recovered_fraction"]
     make_console().print(

@@ -61,7 +61,7 @@ def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], pri
 
 
 def print_folds(m: Mapping[str, Any], out: Path, system: str, extra: str = "") -> None:
-    """The one-line summary of a cross-validated run (``--folds K``: ``rescore``, ``fmp``, ``fedlm``) and where its
+    """The one-line summary of a cross-validated run (``--folds K``: ``rescore``, ``fmp``, ``fedlm``, ``anon``) and where its
     results and report are: the pooled WER of ``system`` against the baseline, MAPSSWE p, the folds' spread and
     ``extra`` (appended as given)."""
     from rich.markup import escape

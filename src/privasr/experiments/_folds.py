@@ -1,4 +1,4 @@
-"""What every cross-validated runner shares (``rescore run --folds K``, ``fmp run --folds K``): pooling the folds'
+"""What every cross-validated runner shares (``rescore``, ``fmp``, ``fedlm`` and ``anon run --folds K``): pooling the folds'
 test outputs into one test set, the figures over it (WER, MAPSSWE, bootstraps over utterances and over meetings),
 the spread across folds, the per-meeting rows and the report's fold tables."""
 

@@ -109,6 +109,9 @@ the full example)::
     export_arpa: false                # write OUT/arpa/*.arpa for first-pass decoding
     normalize: null                   # a normaliser run after the ami preset on every text (training turns, pool,
                                       # dev text): neural for a neural recogniser's lists (Whisper's)
+    folds: null                       # K >= 2: cross-validation over the N-best meetings, dev and test pooled
+                                      # (privasr.experiments.anon_folds; privasr anon run --folds K)
+    fold_unit: meeting                # meeting | series: folds of single meetings or of whole AMI series
 
 :func:`load_anon_config` validates everything (unknown keys, types, ranges, files) before any work.
 """
@@ -401,6 +404,8 @@ class AnonRunConfig:
     cache_dir: Path | None = None
     export_arpa: bool = False
     normalize: Any = None
+    folds: int | None = setting(None, min=2)
+    fold_unit: str = setting("meeting", choices=("meeting", "series"))
 
     @property
     def system(self) -> str:
@@ -438,6 +443,9 @@ class AnonRunConfig:
                 Normalizer.from_spec(self.normalize)
             except ConfigError as e:
                 raise ConfigError(f"config key 'normalize': {e.message}", expected=e.expected) from None
+        if self.folds is not None and self.export_arpa:
+            raise ConfigError("config key 'folds' with export_arpa", expected="export_arpa: false (a cross-validated "
+                                                                           "run trains one set of models per fold)")
         size, sizes = self.mix_size, self.adaptation.sizes
         if not any(abs(size - s) < 1e-12 for s in sizes):
             raise ConfigError(f"config key 'mix.size' is {size!r}", expected=f"one of adaptation.sizes {list(sizes)}")
@@ -1111,6 +1119,9 @@ def run_anon(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     from privasr.plots import plots_section
     from privasr.results import write_results
 
+    if cfg.folds is not None:
+        raise ConfigError("config key 'folds' is set: a cross-validated run is "
+                          "privasr.experiments.anon_folds.run_anon_folds", expected="folds: null here")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     clock = _Clock(progress)
