@@ -152,3 +152,18 @@ def test_development_text_errors_name_the_problem(fold_data, tmp_path):
     _write(bad / "AMI_proprec" / "test", "split_9.jsonl.gz", [_meeting("DV1", np.random.default_rng(0), 2)])
     with pytest.raises(InputError, match="'DV1' is in both"):
         development_turns(load_anon_config(_raw(bad, tmp_path)), Normalizer.preset("ami"))
+
+
+def test_the_command_checks_the_output_path_before_any_work(fold_data, tmp_path, capsys):
+    import yaml
+
+    from privasr.cli import main
+
+    cfg = tmp_path / "anon.yaml"
+    cfg.write_text(yaml.safe_dump(_raw(fold_data, tmp_path)), encoding="utf-8")
+    taken = tmp_path / "taken"
+    taken.write_text("x", encoding="utf-8")
+    for extra in ([], ["--folds", "2"]):
+        assert main(["anon", "run", "--config", str(cfg), *extra, "--out", str(taken)]) == 2
+        assert "error:" in capsys.readouterr().err
+    assert taken.read_text(encoding="utf-8") == "x" and not (tmp_path / "cache").exists()

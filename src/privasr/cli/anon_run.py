@@ -40,7 +40,9 @@ def run(
     from privasr.cli.rescore import _command_line, print_folds
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.anon import load_anon_config, run_anon
+    from privasr.outputs import check_output_dir, output_dir
 
+    check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
     if folds is not None:
         raw = apply_overrides(raw, {"folds": folds, "export_arpa": False})
@@ -53,13 +55,15 @@ def run(
     if cfg.folds is not None:
         from privasr.experiments.anon_folds import run_anon_folds
 
-        m = run_anon_folds(cfg, out, argv=_command_line(),
-                           progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        with output_dir(out):
+            m = run_anon_folds(cfg, out, argv=_command_line(),
+                               progress=lambda msg: print(msg, file=sys.stderr, flush=True))
         rec = m["recovered_fraction"]
         print_folds(m, out, m["wer_system"], f"; {m['wer_original_system']} {100 * m['wer_original']:.2f}%, "
                     "recovered fraction " + ("n/a" if rec is None else f"{rec:.2f}"))
         return
-    m = run_anon(cfg, out, argv=_command_line(), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    with output_dir(out):
+        m = run_anon(cfg, out, argv=_command_line(), progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     rec = m["recovered_fraction"]
     make_console().print(
         f"test WER: {m['wer_system']} {100 * m['wer']:.2f}% (baseline {m['wer_baseline_system']} "
