@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from privasr.cli._console import make_console
+from privasr.cli.rescore import FOLD_UNIT
 from privasr.errors import InputError
 
 __all__ = ["run"]
@@ -30,24 +31,20 @@ def run(
                                      "N-best sets, cut their meetings into K folds; each fold trains and tunes on "
                                      "what it does not test (config key folds; export_arpa is dropped; "
                                      "privasr.experiments.anon_folds)."),
-    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
-                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
+    fold_unit: str | None = FOLD_UNIT,
 ) -> None:
     """Train M1-M4 on anonymised and original AMI text, adapt on clean data, interpolate, rescore N-best lists.
 
     With --folds K every N-best meeting is tested once, by models and weights tuned without it; the report gives
     each fold, the pooled tables and their spread across folds and meetings."""
-    from privasr.cli.rescore import _command_line, print_folds
+    from privasr.cli.rescore import _command_line, fold_overrides, print_folds
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.anon import load_anon_config, run_anon
     from privasr.outputs import check_output_dir, output_dir
 
     check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
-    if folds is not None:
-        raw = apply_overrides(raw, {"folds": folds, "export_arpa": False})
-    if fold_unit is not None:
-        raw = apply_overrides(raw, {"fold_unit": fold_unit})
+    raw = apply_overrides(raw, fold_overrides(folds, fold_unit, export_arpa=False))
     try:
         cfg = load_anon_config(raw)
     except InputError as e:

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from privasr.cli._console import make_console
+from privasr.cli.rescore import FOLD_UNIT
 from privasr.errors import InputError
 
 __all__ = ["app", "run", "stability"]
@@ -31,14 +32,13 @@ def run(
                                      "and test, cut their meetings into K folds; the K-1 are the clients and tune, "
                                      "the K-th is tested, rotating (config key folds; tables are dropped; "
                                      "privasr.experiments.fedlm_folds)."),
-    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
-                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
+    fold_unit: str | None = FOLD_UNIT,
 ) -> None:
     """Run a FedLM experiment: unadapted vs federated fine-tuned NNLM (perplexity; WER on N-best data).
 
     With --folds K every meeting is tested once, by a model fine-tuned and weights tuned without it; the report
     gives each fold, the pooled figures and their spread across folds and meetings."""
-    from privasr.cli.rescore import _command_line, print_folds
+    from privasr.cli.rescore import _command_line, fold_overrides, print_folds
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fedlm import load_fedlm_config, run_fedlm
     from privasr.metrics.bootstrap import difference_interval
@@ -46,10 +46,7 @@ def run(
 
     check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
-    if folds is not None:
-        raw = apply_overrides(raw, {"folds": folds, "tables": {}})
-    if fold_unit is not None:
-        raw = apply_overrides(raw, {"fold_unit": fold_unit})
+    raw = apply_overrides(raw, fold_overrides(folds, fold_unit, tables={}))
     try:
         cfg = load_fedlm_config(raw)
     except InputError as e:

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from privasr.cli._console import make_console
+from privasr.cli.rescore import FOLD_UNIT
 from privasr.errors import InputError
 
 __all__ = ["app", "run", "compare_deployment"]
@@ -32,14 +33,13 @@ def run(
                                      "(config key folds; tables are dropped; privasr.experiments.fmp_folds)."),
     dp_draws: int | None = typer.Option(None, "--dp-draws", help="With --folds and a dp section: R noise draws "
                                         "of every fold's test run (config key dp_draws)."),
-    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
-                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
+    fold_unit: str | None = FOLD_UNIT,
 ) -> None:
     """Run an FMP experiment: generic-NNLM rescoring baseline vs FMP, test WER with MAPSSWE.
 
     With --folds K every meeting is a test client once, the settings tuned without it; the report gives each fold,
     the pooled figures and their spread across folds and meetings (and noise draws with --dp-draws R)."""
-    from privasr.cli.rescore import _command_line, print_folds, print_warnings
+    from privasr.cli.rescore import _command_line, fold_overrides, print_folds, print_warnings
     from privasr.config import apply_overrides, parse_overrides, read_config
     from privasr.experiments.fmp import load_fmp_config, run_fmp
     from privasr.metrics.bootstrap import difference_interval
@@ -47,12 +47,9 @@ def run(
 
     check_output_dir(out)
     raw: dict[str, Any] = apply_overrides(read_config(config), parse_overrides(overrides))
-    if folds is not None:
-        raw = apply_overrides(raw, {"folds": folds, "tables": {}})
+    raw = apply_overrides(raw, fold_overrides(folds, fold_unit, tables={}))
     if dp_draws is not None:
         raw = apply_overrides(raw, {"dp_draws": dp_draws})
-    if fold_unit is not None:
-        raw = apply_overrides(raw, {"fold_unit": fold_unit})
     try:
         cfg = load_fmp_config(raw)
     except InputError as e:

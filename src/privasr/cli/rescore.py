@@ -17,7 +17,7 @@ import typer
 from privasr.cli._console import make_console
 from privasr.errors import ConfigError, InputError
 
-__all__ = ["app", "run", "flags_to_overrides", "print_warnings", "print_folds"]
+__all__ = ["app", "run", "flags_to_overrides", "print_warnings", "print_folds", "FOLD_UNIT", "fold_overrides"]
 
 app = typer.Typer(help="Rescore N-best lists with language models; tune weights on dev, report test WER.",
                   no_args_is_help=True)
@@ -58,6 +58,22 @@ def flags_to_overrides(nbest: Path | None, dev: Path | None, lms: list[str], pri
     if method is not None:
         out["search.method"] = method
     return out
+
+
+FOLD_UNIT = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or 'series' (whole AMI "
+                                                     "meeting series per fold; config key fold_unit).")
+"""The ``--fold-unit`` option every runner with ``--folds`` takes."""
+
+
+def fold_overrides(folds: int | None, fold_unit: str | None, **dropped: Any) -> dict[str, Any]:
+    """The config overrides of ``--folds K`` and ``--fold-unit U`` (none for unset flags); with ``--folds``,
+    ``dropped`` too (the keys a cross-validated run does without, e.g. ``tables={}``).
+
+    >>> fold_overrides(5, None, tables={}), fold_overrides(None, "series"), fold_overrides(None, None)
+    ({'folds': 5, 'tables': {}}, {'fold_unit': 'series'}, {})
+    """
+    out: dict[str, Any] = {"folds": folds, **dropped} if folds is not None else {}
+    return {**out, "fold_unit": fold_unit} if fold_unit is not None else out
 
 
 def print_folds(m: Mapping[str, Any], out: Path, system: str, extra: str = "") -> None:
@@ -108,8 +124,7 @@ def run(
     folds: int | None = typer.Option(None, "--folds", help="Cross-validate over meetings: pool dev and test, cut "
                                      "their meetings into K folds, tune on K-1 and rescore the K-th, rotating "
                                      "(config key folds; privasr.experiments.rescore_folds)."),
-    fold_unit: str | None = typer.Option(None, "--fold-unit", help="With --folds: 'meeting' (default) or "
-                                         "'series' (whole AMI meeting series per fold; config key fold_unit)."),
+    fold_unit: str | None = FOLD_UNIT,
 ) -> None:
     """Rescore a test N-best set with weights tuned on dev; report WER, MAPSSWE and a bootstrap CI.
 
@@ -126,9 +141,7 @@ def run(
     if config is None:
         raw.setdefault("name", f"ad hoc: {nbest}")
     flags = flags_to_overrides(nbest, dev, lm, prior, mode, first_pass_lm, method, fmt)
-    raw = apply_overrides(raw, {**flags, **parse_overrides(overrides), **({"folds": folds} if folds is not None
-                                                                          else {}),
-                                **({"fold_unit": fold_unit} if fold_unit is not None else {})})
+    raw = apply_overrides(raw, {**flags, **parse_overrides(overrides), **fold_overrides(folds, fold_unit)})
     try:
         cfg = load_config(raw)
     except InputError as e:  # name the config file when the problem is in it
