@@ -12,7 +12,7 @@ from privasr.corpus.folds import Fold
 from privasr.corpus.records import NBest
 from privasr.errors import InputError
 
-__all__ = ["pooled_records", "pool", "report_lines"]
+__all__ = ["pooled_records", "pool", "pooled_perplexity", "report_lines"]
 
 
 def pooled_records(dev: Sequence[NBest] | None, test: Sequence[NBest]) -> list[NBest]:
@@ -95,6 +95,19 @@ def pool(folds: Sequence[Fold], test: Sequence[NBest], words: Sequence[Any], bas
         "wer_oracle": oracle,
     }
     return metrics, per_client
+
+
+def pooled_perplexity(parts: Sequence[tuple[float, int]]) -> float | None:
+    """The perplexity of the folds' test texts together from each fold's ``(perplexity, scored tokens)``: ``exp``
+    of the token-weighted mean log-perplexity; ``None`` without parts.
+
+    >>> round(pooled_perplexity([(100.0, 10), (200.0, 30)]), 2), pooled_perplexity([])
+    (168.18, None)
+    """
+    n = sum(t for _, t in parts)
+    if not n:
+        return None
+    return math.exp(sum(t * math.log(p) for p, t in parts) / n)
 
 
 def _pct(x: float | None) -> str:

@@ -27,7 +27,6 @@ bootstrap intervals over utterances and over meetings) and each meeting's WER (`
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from privasr import __version__
 from privasr.config import to_dict
 from privasr.corpus.folds import Fold, client_folds, series_of, split_fold
 from privasr.errors import ConfigError, InputError
-from privasr.experiments._folds import pool, pooled_records, report_lines
+from privasr.experiments._folds import pool, pooled_perplexity, pooled_records, report_lines
 from privasr.experiments.anon import (
     SYSTEMS,
     AnonRunConfig,
@@ -125,12 +124,6 @@ def _check(cfg: AnonRunConfig) -> None:
         raise ConfigError("run_anon_folds needs folds", expected="folds: K (an integer >= 2)")
     if cfg.export_arpa:
         raise ConfigError("config key 'folds' with export_arpa", expected="export_arpa: false")
-
-
-def _pooled_ppl(vals: Sequence[tuple[float, int]]) -> float:
-    """``exp`` of the token-weighted mean log-perplexity: the perplexity of the folds' test texts together."""
-    n = sum(t for _, t in vals)
-    return math.exp(sum(t * math.log(p) for p, t in vals) / n)
 
 
 def _mix_summary(per_fold: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -231,7 +224,7 @@ def run_anon_folds(cfg: AnonRunConfig, out: str | Path, *, detector: Any = None,
     pooled_results = {s: {"words": w, "wer_obj": (wo := wer(refs, w, aligner="sclite")), "wer": wo.wer,
                           "weights": fold_weights[s], "dev_wer": fold_dev_wer[s], "wer_first_pass": first}
                       for s, w in words.items()}
-    ppl_pooled = {n: _pooled_ppl(v) for n, v in ppl_parts.items()}
+    ppl_pooled = {n: pooled_perplexity(v) for n, v in ppl_parts.items()}
     oov_pooled = {n: sum(o * t for o, t in v) / sum(t for _, t in v) for n, v in oov_parts.items()}
     pdata = dataclasses.replace(data, dev_text=[], dev_nb=[], test_nb=test, test_refs=refs)
     pmodels = _Models(_Store(None), mix={s: _mix_summary(v) for s, v in mixes.items()})

@@ -25,7 +25,6 @@ releases would compose over it; run DP configs on their single split.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from privasr import __version__
 from privasr.config import to_dict
 from privasr.corpus.folds import client_folds, split_fold
 from privasr.errors import ConfigError
-from privasr.experiments._folds import pool, pooled_records, report_lines
+from privasr.experiments._folds import pool, pooled_perplexity, pooled_records, report_lines
 from privasr.experiments.fedlm import (
     BASELINE_NAME,
     FedLmRunConfig,
@@ -67,12 +66,9 @@ def _dropped(history: Sequence[Mapping[str, Any]]) -> int:
 
 
 def _pooled_ppl(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """The perplexity over every fold's test references: ``exp`` of the target-weighted mean log-perplexity."""
-    vals = [(r[key], r["eval_targets"]) for r in rows if r.get(key) is not None]
-    if not vals:
-        return None
-    n = sum(t for _, t in vals)
-    return math.exp(sum(t * math.log(p) for p, t in vals) / n)
+    """The perplexity over every fold's test references (:func:`~privasr.experiments._folds.pooled_perplexity`
+    of the folds' ``key`` and scored targets)."""
+    return pooled_perplexity([(r[key], r["eval_targets"]) for r in rows if r.get(key) is not None])
 
 
 def run_fedlm_folds(cfg: FedLmRunConfig, out: str | Path, *, argv: Sequence[str] | None = None) -> dict[str, Any]:
