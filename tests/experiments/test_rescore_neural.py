@@ -150,3 +150,40 @@ def test_a_neural_lm_trains_on_normalised_text_and_keys_its_cache_by_the_normali
     assert json.loads((tmp_path / "b" / "nn.json").read_text())["key"]["normalize"] == "neural"
     with pytest.raises(ConfigError, match="normali"):
         from_mapping(LMSettings, {"neural": {"train": {**train, "normalize": "klingon"}}}, "lms.nn", Context(True))
+
+
+def test_a_shared_cache_resumes_only_its_own_interrupted_training(tmp_path, monkeypatch):
+    """Two LMs under one name in one cache (``make headlines`` shares a cache across configs): the second never
+    resumes the first's ``NAME.train/last.pt`` (another architecture failed; another text would have continued
+    the first model, vocabulary and all); the same spec with more epochs still resumes."""
+    import privasr.lm.neural.train as train_mod
+    from privasr.config import Context, from_mapping
+    from privasr.rescore.lms import LMSettings, build_lm
+
+    resumed: list[bool] = []
+    real = train_mod.train_lm
+
+    def spy(*a, **kw):
+        resumed.append(kw["resume"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(train_mod, "train_lm", spy)
+    text_a, text_b = tmp_path / "a.txt", tmp_path / "b.txt"
+    text_a.write_text("the cat sat on the mat\n" * 30, encoding="utf-8")
+    text_b.write_text("we met in the room today\n" * 30, encoding="utf-8")
+
+    def spec(text, preset="tiny-transformer", epochs=1):
+        train = {"text": str(text), "valid": str(text), "preset": preset, "seed": 0,
+                 "options": {"max_epochs": epochs, "batch_size": 16, "lr": 0.01, "patience": 0, "amp": False}}
+        return from_mapping(LMSettings, {"neural": {"train": train}}, "lms.nn", Context(True)).spec("nn")
+
+    cache = tmp_path / "cache"
+    build_lm(spec(text_a), cache)
+    assert (cache / "nn.train" / "last.pt").is_file()
+    lm, info = build_lm(spec(text_a, preset="tiny-lstm"), cache)  # another architecture: was a ConfigError
+    assert info["cached"] is False and lm.arch == "lstm"
+    lm, info = build_lm(spec(text_b, preset="tiny-lstm"), cache)  # same architecture, another text
+    assert "room" in lm.vocab.words and "cat" not in lm.vocab.words
+    lm, info = build_lm(spec(text_b, preset="tiny-lstm", epochs=2), cache)  # an interrupted run, extended
+    assert resumed == [False, False, False, True] and len(info["training"]["epochs"]) == 2
+    assert json.loads((cache / "nn.train" / "spec.json").read_text())["text"] == str(text_b)

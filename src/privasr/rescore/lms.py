@@ -393,8 +393,8 @@ def _build_neural(spec: LMSpec, cache_dir: Path | None, data: Path | None) -> tu
             t1 = time.perf_counter()
             options = train_options(t["options"], f"lms.{spec.name}.neural.train.options")
             work = (cache_dir / f"{spec.name}.train") if cache_dir is not None else None
-            # an interrupted training (same spec up to max_epochs / max_steps / patience) is resumed
-            resume = work is not None and (work / "last.pt").is_file()
+            # an interrupted training of this spec (up to max_epochs / max_steps / patience) is resumed
+            resume = work is not None and _claim_training_folder(work, key)
             res = train_lm(sents, valid, config, options, out_dir=work, seed=t["seed"], device=nspec["device"],
                            progress=False, resume=resume)
             training = _train_summary(res)
@@ -435,6 +435,50 @@ def _build_onnx(spec: LMSpec) -> tuple[LanguageModel, dict[str, Any]]:
                             "order": "inf" if lm.arch == "lstm" else lm.order, "vocab_size": len(lm.vocab),
                             "seconds": time.perf_counter() - t0}
     return lm, info
+
+
+def _claim_training_folder(work: Path, key: Mapping[str, Any]) -> bool:
+    """Whether ``work`` (a cache's ``NAME.train``) holds a training of the spec ``key`` to resume; otherwise the
+    folder is cleared and made this spec's.
+
+    The folder records the spec it trains in ``spec.json``: the cache key without the options a resume may change
+    (:data:`~privasr.lm.neural.train.RESUMABLE_CHANGES`). A cache is keyed by the LM's name, so runs that share
+    one (``make headlines`` does) can leave a ``last.pt`` of another model under the same name: resuming it
+    would fail on another architecture, or continue another text's model with its vocabulary on this text. Such
+    a folder, or one without ``spec.json``, is the cache's own scratch and is removed.
+
+    >>> import tempfile
+    >>> work = Path(tempfile.mkdtemp()) / "nn.train"
+    >>> key = {"text": "a.txt", "options": {"lr": 0.01, "max_epochs": 3}}
+    >>> _claim_training_folder(work, key)                   # nothing to resume; the folder is this spec's
+    False
+    >>> _ = (work / "last.pt").write_bytes(b"")               # what an interrupted training leaves
+    >>> _claim_training_folder(work, {**key, "options": {"lr": 0.01, "max_epochs": 5}})
+    True
+    >>> _claim_training_folder(work, {**key, "text": "b.txt"})  # another model under the same name
+    False
+    >>> (work / "last.pt").exists()
+    False
+    """
+    import shutil
+
+    from privasr.lm.neural.train import RESUMABLE_CHANGES
+
+    spec = json.loads(json.dumps({**key, "options": {k: v for k, v in key["options"].items()
+                                                     if k not in RESUMABLE_CHANGES}}))
+    marker = work / "spec.json"
+    if (work / "last.pt").is_file():
+        try:
+            stored = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = None
+        if stored == spec:
+            return True
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    marker.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+    return False
 
 
 def _train_summary(res: Any) -> dict[str, Any]:
