@@ -6,7 +6,9 @@ checkout) the commit of the code that produced them.
 >>> p = write_results(out, config={"n": 1}, seed=3, metrics={"wer": 0.25})
 >>> d = json.loads(p.read_text())
 >>> d["seed"], d["metrics"]["wer"], sorted(set(d) - {"source"})
-(3, 0.25, ['config', 'data', 'metrics', 'python', 'seed', 'version'])
+(3, 0.25, ['config', 'data', 'metrics', 'packages', 'platform', 'python', 'seed', 'version'])
+>>> "numpy" in d["packages"]
+True
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from typing import Any
 
 from privasr import __version__
 
-__all__ = ["fingerprint", "write_results", "to_jsonable", "source_revision"]
+__all__ = ["fingerprint", "write_results", "to_jsonable", "source_revision", "package_versions", "PACKAGES"]
+
+#: The installed libraries whose arithmetic a figure can depend on (their versions go into every results.json):
+#: a new scikit-learn or torch can move a figure as a code change can (docs/results.md, "The drift check").
+PACKAGES = ("numpy", "scipy", "torch", "scikit-learn", "dp-accounting", "flwr", "jiwer", "spacy", "onnxruntime",
+            "ctranslate2", "faster-whisper", "kenlm")
 
 
 @functools.cache
@@ -51,6 +58,25 @@ def source_revision() -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": head, "dirty": dirty} if len(head) == 40 else None
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    """The installed version of each of :data:`PACKAGES` (from the distributions' metadata, without importing
+    them; one not installed is left out).
+
+    >>> package_versions()["numpy"].split(".")[0].isdigit()
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
 
 
 def fingerprint(path: str | Path) -> dict[str, Any]:
@@ -107,7 +133,8 @@ def write_results(
     runner: str | None = None,
 ) -> Path:
     """Write ``out_dir/results.json`` with ``runner``, ``config``, ``seed``, ``version``, ``source`` (the code's
-    commit, :func:`source_revision`, when known), ``data`` and ``metrics``.
+    commit, :func:`source_revision`, when known), ``python``, ``platform`` and ``packages`` (the numerical
+    libraries' versions, :func:`package_versions`), ``data`` and ``metrics``.
 
     ``data`` maps a name to a path (fingerprinted here) or to an already computed fingerprint; ``runner`` names
     what wrote the run (``fmp``, ``fedlm``, ``rescore``, ...: ``privasr report`` overlays runs of one runner).
@@ -122,6 +149,8 @@ def write_results(
         "version": __version__,
         **({"source": src} if (src := source_revision()) is not None else {}),
         "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": package_versions(),
         "data": to_jsonable(fps),
         "metrics": to_jsonable(metrics),
         **to_jsonable(extra or {}),
